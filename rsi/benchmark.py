@@ -1,0 +1,86 @@
+"""Task and Benchmark: what a target is measured on.
+
+A Benchmark yields ``train``/``dev``/``test`` task lists (honouring ``limit``) and scores one
+output to a primary metric in [0, 1] plus named secondary metrics. Scoring runs where the
+rollout ran (a Ray worker), so a benchmark object must pickle; it is ``ray.put`` once per
+evaluation, not shipped per task.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rsi.errors import ConfigError
+
+SPLITS = ("train", "dev", "test")
+
+
+@dataclass(frozen=True)
+class Task:
+    task_id: str
+    input: Any
+    meta: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Score:
+    primary: float
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+class BenchmarkParams(BaseModel):
+    """Keys every suite accepts; a suite's own model subclasses this (unknown keys are errors)."""
+
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    limit: int | None = Field(None, ge=1, description="at most this many tasks per split")
+
+
+class Benchmark(ABC):
+    name: ClassVar[str]
+    Params: ClassVar[type[BenchmarkParams]] = BenchmarkParams
+    #: A script run in the sandbox instead of the target's own entry script (cwd = the
+    #: snapshot checkout). Bin packing uses this for the paper's skeleton, which imports the
+    #: candidate's ``heuristic.py``. None: run the target's entry script.
+    harness: ClassVar[Path | None] = None
+
+    def __init__(self, params: BenchmarkParams, base_dir: Path | None = None):
+        self.params = params
+        self.base_dir = base_dir or Path.cwd()
+
+    @abstractmethod
+    def _split(self, split: str) -> list[Task]:
+        """All tasks of one split, in a fixed order."""
+
+    def split(self, split: str) -> list[Task]:
+        if split not in SPLITS:
+            raise ConfigError(f"unknown split {split!r}; valid: {', '.join(SPLITS)}")
+        tasks = self._split(split)
+        seen = set()
+        for t in tasks:
+            if t.task_id in seen:
+                raise ConfigError(f"benchmark {self.name}: duplicate task id {t.task_id!r} in split {split}")
+            seen.add(t.task_id)
+        return tasks[: self.params.limit] if self.params.limit else tasks
+
+    @abstractmethod
+    def score(self, task: Task, output: dict, trial: int) -> Score:
+        """Score one rollout's JSON output. Must not raise on hostile output: return 0."""
+
+    def fingerprint(self) -> str:
+        """Part of the rollout cache key: changes whenever scoring would."""
+        return f"{self.name}:{self.params.model_dump_json()}"
+
+    def report(self, table, split: str) -> list[dict]:
+        """Rows for the CLI's results table (per dataset where the suite has datasets)."""
+        from rsi.results import per_dataset_means
+
+        return per_dataset_means(table, self, split)
+
+    def dataset_of(self, task: Task) -> str:
+        return task.meta.get("dataset", self.name)
