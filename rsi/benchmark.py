@@ -68,6 +68,10 @@ class Benchmark(ABC):
             seen.add(t.task_id)
         return tasks[: self.params.limit] if self.params.limit else tasks
 
+    def payload(self, task: Task, trial: int, sample_seed: int) -> Any:
+        """What a program rollout reads as JSON on stdin."""
+        return {"task_id": task.task_id, "input": task.input, "trial": trial, "sample_seed": sample_seed}
+
     @abstractmethod
     def score(self, task: Task, output: dict, trial: int) -> Score:
         """Score one rollout's JSON output. Must not raise on hostile output: return 0."""

@@ -1,0 +1,167 @@
+"""Evaluator: one actor per run that turns "measure this snapshot on these tasks" into
+batched remote rollout tasks and one Arrow table.
+
+It owns the rollout cache, keyed by ``(snapshot_id, task_id, sample_seed, target
+fingerprint)``: resume preloads it from the run's Parquet files, so a finished rollout is never
+run twice. Remote tasks retry on infrastructure failure only (``max_retries`` for lost nodes and
+killed processes; ``retry_exceptions`` stays off, and a candidate's own failure is a status,
+never an exception).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import ray
+
+from actors.rollout import RolloutSpec, run_batch
+from rsi.config import EvaluatorConfig
+from rsi.errors import ClusterError
+from rsi.results import SCHEMA, concat, empty_table, rows_to_table
+from rsi.snapshot import Snapshot
+
+
+def sample_seed(run_seed: int, salt: str, task_id: str, trial: int) -> int:
+    digest = hashlib.sha256(f"{run_seed}|{salt}|{task_id}|{trial}".encode()).digest()
+    return int.from_bytes(digest[:7], "big")
+
+
+@dataclass
+class Request:
+    snapshot: Snapshot
+    split: str
+    task_ids: list[str] | None = None
+    trials: int = 1
+    salt: str = ""
+
+
+@dataclass
+class _Progress:
+    total: int = 0
+    done: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+
+@ray.remote(num_cpus=0, max_concurrency=32)
+class Evaluator:
+    def __init__(self, run_id: str, target, config: EvaluatorConfig, run_seed: int, deterministic: bool):
+        self.run_id = run_id
+        self.target_ref = ray.put(target)
+        self.fingerprint = target.fingerprint()
+        self.config = config
+        self.run_seed = run_seed
+        self.deterministic = deterministic
+        self.tasks = {s: {t.task_id: t for t in target.benchmark.split(s)} for s in ("train", "dev", "test")}
+        self.tasks_refs = {s: ray.put(v) for s, v in self.tasks.items()}
+        self.cache: dict[tuple, dict] = {}
+        self.lock = threading.Lock()
+        self.progress_by_req: dict[int, _Progress] = {}
+        self.req_ids = itertools.count()
+        self.executed = 0
+        self.cache_hits = 0
+        self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+
+    # ---- public ----------------------------------------------------------------------------
+    def split_ids(self, split: str) -> list[str]:
+        return list(self.tasks[split])
+
+    def preload(self, table: pa.Table) -> int:
+        """Resume: every stored row becomes a cache entry (only rows of this target)."""
+        n = 0
+        for row in table.to_pylist():
+            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], self.fingerprint)] = row
+            n += 1
+        return n
+
+    def progress(self) -> dict:
+        with self.lock:
+            live = list(self.progress_by_req.values())
+        return {"done": sum(p.done for p in live), "total": sum(p.total for p in live),
+                "executed": self.executed, "cache_hits": self.cache_hits}
+
+    def stats(self) -> dict:
+        return {"executed": self.executed, "cache_hits": self.cache_hits, "cached_rows": len(self.cache)}
+
+    def evaluate(self, req: Request) -> tuple[pa.Table, pa.Table, list[dict]]:
+        """-> (all rows of the request, freshly executed rows, their traces)."""
+        specs = self._specs(req)
+        cached, todo = [], []
+        for spec in specs:
+            row = self.cache.get((req.snapshot.snapshot_id, spec.task_id, spec.sample_seed, self.fingerprint))
+            if row is not None:
+                cached.append({**row, "split": req.split, "trial": spec.trial})
+            else:
+                todo.append(spec)
+        rid = next(self.req_ids)
+        with self.lock:
+            self.cache_hits += len(cached)
+            self.progress_by_req[rid] = _Progress(total=len(specs), done=len(cached))
+        try:
+            fresh, traces = self._run(req, todo, rid)
+        finally:
+            with self.lock:
+                self.progress_by_req.pop(rid, None)
+        for row in fresh.to_pylist():
+            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], self.fingerprint)] = row
+        order = {(s.task_id, s.trial): i for i, s in enumerate(specs)}
+        table = concat([rows_to_table(cached), fresh])
+        idx = sorted(range(table.num_rows), key=lambda i: order[(table["task_id"][i].as_py(), table["trial"][i].as_py())])
+        return table.take(pa.array(idx, pa.int64())) if idx else empty_table(), fresh, traces
+
+    # ---- internals -----------------------------------------------------------------------
+    def _specs(self, req: Request) -> list[RolloutSpec]:
+        ids = list(self.tasks[req.split]) if req.task_ids is None else list(req.task_ids)
+        unknown = [t for t in ids if t not in self.tasks[req.split]]
+        if unknown:
+            raise ValueError(f"tasks {unknown[:3]} are not in split {req.split}")
+        return [
+            RolloutSpec(t, k, k if self.deterministic else sample_seed(self.run_seed, req.salt, t, k))
+            for k in range(req.trials) for t in ids
+        ]
+
+    def _batch_size(self, n: int) -> int:
+        if self.config.batch_size:
+            return self.config.batch_size
+        slots = self.cpus if self.config.num_cpus >= 1 else self.cpus * 4
+        return max(1, min(16, math.ceil(n / (slots * 2))))
+
+    def _run(self, req: Request, todo: list[RolloutSpec], rid: int) -> tuple[pa.Table, list[dict]]:
+        if not todo:
+            return empty_table(), []
+        size = self._batch_size(len(todo))
+        batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+        remote = ray.remote(run_batch).options(
+            num_cpus=self.config.num_cpus, resources=self.config.resources or None,
+            max_retries=self.config.max_retries, retry_exceptions=False,
+        )
+        snap_ref = ray.put(req.snapshot)
+        cap = self.config.max_concurrency or len(batches)
+        pending: dict = {}
+        results: dict[int, tuple] = {}
+        queue = list(enumerate(batches))
+        while queue or pending:
+            while queue and len(pending) < cap:
+                i, batch = queue.pop(0)
+                ref = remote.remote(snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split)
+                pending[ref] = (i, len(batch))
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            for ref in ready:
+                i, n = pending.pop(ref)
+                try:
+                    results[i] = ray.get(ref)
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                        ray.exceptions.ObjectLostError) as exc:
+                    raise ClusterError(f"rollout batch lost after {self.config.max_retries} retries: {exc}") from exc
+                with self.lock:
+                    self.progress_by_req[rid].done += n
+                    self.executed += n
+        tables = [results[i][0] for i in sorted(results)]
+        traces = [t for i in sorted(results) for t in results[i][1]]
+        return concat(tables), traces

@@ -1,0 +1,109 @@
+"""Worker pool: N Ray actors, each wrapping one Worker backend.
+
+``edit`` materialises the parent on the actor's own node (nothing assumes the driver's
+filesystem is visible), places read-only reference versions under relative paths, runs the
+worker, removes the references and returns the edited tree; the driver commits it. Actors
+restart on failure (``max_restarts``) and the driver retries the call once per restart.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+import tempfile
+from pathlib import Path
+
+import ray
+
+from rsi.snapshot import Snapshot, _scan
+
+REF_DIR = ".rsi_refs"
+
+
+@ray.remote(num_cpus=0, max_restarts=3, max_task_retries=3)
+class WorkerActor:
+    def __init__(self, worker_cfg, base_dir: str, seed: int, state: dict | None = None):
+        from rsi.workers import worker_class
+
+        self.worker = worker_class(worker_cfg.type)(worker_cfg, base_dir=Path(base_dir), seed=seed)
+        if state:
+            self.worker.set_state(state)
+
+    def ask(self, prompt: str) -> tuple[str, dict]:
+        reply = self.worker.ask(prompt)
+        return reply, dict(vars(self.worker.usage))
+
+    def edit(self, parent: Snapshot, prompt: str, references: dict[str, Snapshot] | None = None):
+        """-> (tree {path: (bytes, executable)}, reply, usage, worker state)."""
+        work = Path(tempfile.mkdtemp(prefix="rsi-edit-"))
+        try:
+            parent.materialize(work)
+            rel_refs = {}
+            for role, snap in (references or {}).items():
+                rel = f"{REF_DIR}/{role}"
+                snap.materialize(work / rel)
+                _read_only(work / rel)
+                rel_refs[role] = rel
+            reply = self.worker.edit(work, prompt, rel_refs or None)
+            if rel_refs:
+                _writable(work / REF_DIR)
+                shutil.rmtree(work / REF_DIR, ignore_errors=True)
+            tree = _scan(work)
+            return tree, reply, dict(vars(self.worker.usage)), self.worker.get_state()
+        finally:
+            _writable(work)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def get_state(self) -> dict:
+        return self.worker.get_state()
+
+
+def _read_only(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for f in filenames:
+            p = Path(dirpath) / f
+            p.chmod(p.stat().st_mode & ~(stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def _writable(root: Path) -> None:
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            p = Path(dirpath) / name
+            if not p.is_symlink():
+                p.chmod(p.stat().st_mode | stat.S_IWUSR)
+
+
+class WorkerPool:
+    """Driver-side view of the worker actors; replica i gets seed ``run_seed + i``."""
+
+    def __init__(self, worker_cfg, base_dir: Path, seed: int, states: list[dict] | None = None):
+        n = getattr(worker_cfg, "replicas", 1)
+        states = states or [None] * n
+        self.actors = [WorkerActor.remote(worker_cfg, str(base_dir), seed + i, states[i]) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.actors)
+
+    def edit(self, i: int, parent: Snapshot, prompt: str, references=None):
+        return ray.get(self.actors[i % len(self.actors)].edit.remote(parent, prompt, references))
+
+    def edit_many(self, jobs: list[tuple[Snapshot, str, dict | None]]):
+        refs = [self.actors[i % len(self.actors)].edit.remote(*job) for i, job in enumerate(jobs)]
+        return ray.get(refs)
+
+    def ask(self, i: int, prompt: str) -> tuple[str, dict]:
+        return ray.get(self.actors[i % len(self.actors)].ask.remote(prompt))
+
+    def states(self) -> list[dict]:
+        return ray.get([a.get_state.remote() for a in self.actors])
+
+
+def write_tree(tree: dict, dest: Path) -> Path:
+    """Lay an edited tree out on the driver for ``Snapshot.commit``."""
+    for rel, (data, executable) in tree.items():
+        p = dest / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(data)
+        p.chmod(0o755 if executable else 0o644)
+    return dest

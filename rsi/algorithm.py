@@ -1,0 +1,135 @@
+"""The algorithm base: what every search shares, so an algorithm's file reads as its paper.
+
+Carried here: the decision log (one fsynced line per decision, written before it is acted
+on), commit with rejections recorded as ``decline`` decisions (never fatal), the evidence
+budget, promotion, and state for resume. The runner does the single final test evaluation.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from rsi.benchmark import Benchmark
+from rsi.errors import ConfigError, Rejected
+from rsi.progress import log
+from rsi.records import RunRecords
+from rsi.snapshot import Snapshot
+
+
+class AlgorithmParams(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(description="registered algorithm name")
+
+
+@dataclass
+class RunContext:
+    config: Any  # rsi.config.Resolved
+    records: RunRecords
+    evaluator: Any  # actors.client.EvaluatorClient
+    benchmark: Benchmark
+    seed_snapshot: Snapshot
+    workers: Any = None  # actors.worker_pool.WorkerPool or None
+    secrets: list[str] = field(default_factory=list)
+    run_id: str = ""
+
+
+class Algorithm:
+    Params: ClassVar[type[AlgorithmParams]] = AlgorithmParams
+    #: splits that must be non-empty before anything starts
+    requires_splits: ClassVar[tuple[str, ...]] = ()
+    #: None: no worker; "agent": a directory-editing worker; "any": any worker
+    worker_kind: ClassVar[str | None] = None
+
+    def __init__(self, ctx: RunContext, params: AlgorithmParams):
+        self.ctx = ctx
+        self.params = params
+        self.step = 0
+        self.rng = random.Random(ctx.config.run.seed)
+
+    # ---- startup validation ------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, resolved) -> None:
+        """Cross-field rules and worker kind; ConfigError means exit 2 before anything starts."""
+        where = "algorithm.worker"
+        if cls.worker_kind is None:
+            if resolved.worker_cfg is not None:
+                raise ConfigError(f"{where}: algorithm {resolved.algo_params.name!r} uses no worker; remove the worker block")
+            return
+        if resolved.worker_cfg is None:
+            raise ConfigError(f"{where}: algorithm {resolved.algo_params.name!r} needs a worker")
+        if cls.worker_kind == "agent":
+            from rsi.workers import worker_class
+
+            kind = worker_class(resolved.worker_cfg.type).kind
+            if kind != "agent":
+                raise ConfigError(
+                    f"{where}.type: {resolved.worker_cfg.type!r} is a text-only worker; "
+                    f"{resolved.algo_params.name} needs a directory-editing worker (agent, mutator, scripted, claude_code)"
+                )
+
+    @classmethod
+    def check_benchmark(cls, benchmark: Benchmark) -> None:
+        for split in cls.requires_splits:
+            if not benchmark.split(split):
+                raise ConfigError(f"benchmark {benchmark.name}: split {split!r} is empty, and this algorithm needs it")
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def run(self) -> Snapshot:
+        """Search, record, and return the promoted snapshot."""
+        raise NotImplementedError
+
+    # ---- shared pieces -------------------------------------------------------------------------
+    def decide(self, kind: str, snapshot_id: str | None = None, parent_id: str | None = None,
+               accepted: bool | None = None, reason: str = "", **figures) -> dict:
+        record = {"step": self.step, "kind": kind, "snapshot_id": snapshot_id, "parent_id": parent_id,
+                  "accepted": accepted, "reason": reason, **figures}
+        self.ctx.records.decision(record)
+        verdict = "" if accepted is None else (" accepted" if accepted else " rejected")
+        log(f"step {self.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}".rstrip())
+        return record
+
+    def commit(self, parent: Snapshot, checkout: Path, ignore=(), **figures) -> Snapshot | None:
+        """The child snapshot, or None with a ``decline`` decision recorded (the run goes on)."""
+        try:
+            child = parent.commit(checkout, self.ctx.config.run.target.evolve_scope,
+                                  secrets=self.ctx.secrets, ignore=ignore)
+        except Rejected as exc:
+            self.decide("decline", None, parent.snapshot_id, accepted=False, reason=exc.reason,
+                        detail=exc.detail, **figures)
+            return None
+        self.ctx.records.put_snapshot(child)
+        return child
+
+    def evidence(self, text: str, max_chars: int) -> str:
+        """Keep the tail (the newest evidence); mark the cut."""
+        if len(text) <= max_chars:
+            return text
+        cut = len(text) - max_chars
+        return f"[... {cut} earlier characters cut ...]\n" + text[cut:]
+
+    def promote(self, snapshot: Snapshot, reason: str, **figures) -> Snapshot:
+        self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason, **figures)
+        return snapshot
+
+    # ---- resume --------------------------------------------------------------------------------
+    def get_state(self) -> dict:
+        return {"step": self.step, "rng": _rng_state(self.rng)}
+
+    def set_state(self, state: dict) -> None:
+        self.step = state["step"]
+        self.rng.setstate(_rng_unstate(state["rng"]))
+
+
+def _rng_state(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _rng_unstate(state: list):
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)

@@ -1,0 +1,168 @@
+"""``rsi``: validate, run, resume, eval, show, export, submit.
+
+A user's mistake is one line on stderr and exit code 2; nothing is started before the input
+is known to be good.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from rsi.errors import ConfigError, RsiError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if not getattr(args, "command", None):
+        parser.print_help()
+        return 2
+    try:
+        return args.func(args, extra)
+    except ConfigError as exc:
+        print(f"rsi: error: {exc}", file=sys.stderr)
+        return 2
+    except RsiError as exc:
+        print(f"rsi: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("rsi: interrupted; `rsi resume RUN_DIR` continues from the last decision", file=sys.stderr)
+        return 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="rsi", description="Ray-based parallel search for recursive self-improvement")
+    sub = p.add_subparsers(dest="command")
+
+    v = sub.add_parser("validate", help="check a config (no run directory, no Ray, no model call)")
+    v.add_argument("config")
+    v.set_defaults(func=cmd_validate)
+
+    r = sub.add_parser("run", help="run an experiment; extra --section.key VALUE pairs override the config")
+    r.add_argument("config")
+    r.add_argument("--run-dir", help="write the run here instead of <storage>/<name>-<timestamp>")
+    r.set_defaults(func=cmd_run)
+
+    rs = sub.add_parser("resume", help="continue a run that was stopped or killed")
+    rs.add_argument("run_dir")
+    rs.set_defaults(func=cmd_resume)
+
+    e = sub.add_parser("eval", help="measure one target directory on a benchmark")
+    e.add_argument("target_dir")
+    e.add_argument("--benchmark", required=True)
+    e.add_argument("--split", default="test", choices=["train", "dev", "test"])
+    e.add_argument("--kind", default="program", help="target kind (default program)")
+    e.add_argument("--entry", default=None, help="entry script for program targets without a harness")
+    e.add_argument("--json", dest="json_out", help="also write the results as JSON here")
+    e.set_defaults(func=cmd_eval)
+
+    s = sub.add_parser("show", help="summary and decisions of a run")
+    s.add_argument("run_dir")
+    s.set_defaults(func=cmd_show)
+
+    x = sub.add_parser("export", help="write a snapshot's files to a directory")
+    x.add_argument("run_dir")
+    g = x.add_mutually_exclusive_group(required=True)
+    g.add_argument("--best", action="store_true", help="the promoted snapshot of summary.json")
+    g.add_argument("--snapshot", help="a snapshot id")
+    x.add_argument("dest")
+    x.set_defaults(func=cmd_export)
+
+    sb = sub.add_parser("submit", help="submit a run as a Ray job to a cluster")
+    sb.add_argument("config")
+    sb.add_argument("--address", required=True, help="the cluster's job server, e.g. http://HEAD:8265")
+    sb.add_argument("--run-dir")
+    sb.add_argument("--no-wait", action="store_true", help="return after submission instead of streaming logs")
+    sb.set_defaults(func=cmd_submit)
+    return p
+
+
+def _overrides(extra: list[str]):
+    from rsi.config import parse_overrides
+
+    return parse_overrides(extra)
+
+
+def _no_extra(extra: list[str]) -> None:
+    if extra:
+        raise ConfigError(f"unexpected arguments: {' '.join(extra)}")
+
+
+def cmd_validate(args, extra) -> int:
+    from rsi.config import load_config
+    from rsi.runner import prepare
+
+    prepared = prepare(load_config(args.config, _overrides(extra)))
+    cfg = prepared.config
+    print(f"{args.config}: ok — algorithm {cfg.algo_params.name}, benchmark {cfg.bench_params.name}, "
+          f"target {cfg.run.target.path} ({len(prepared.seed.files)} files, snapshot {prepared.seed.snapshot_id})")
+    return 0
+
+
+def cmd_run(args, extra) -> int:
+    from rsi.report import print_summary
+    from rsi.runner import start_run
+
+    run = start_run(args.config, _overrides(extra), args.run_dir)
+    summary = run.execute()
+    print_summary(summary)
+    return 0
+
+
+def cmd_resume(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.report import print_summary
+    from rsi.resume import resume_run
+
+    summary = resume_run(args.run_dir)
+    print_summary(summary)
+    return 0
+
+
+def cmd_eval(args, extra) -> int:
+    from rsi.evaluate_target import evaluate_target
+
+    result = evaluate_target(args.target_dir, args.benchmark, args.split, args.kind, args.entry, _overrides(extra))
+    if args.json_out:
+        Path(args.json_out).write_text(json.dumps(result, indent=2))
+    return 0
+
+
+def cmd_show(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.report import show_run
+
+    show_run(args.run_dir)
+    return 0
+
+
+def cmd_export(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.records import RunRecords
+
+    records = RunRecords.open(args.run_dir)
+    if args.best:
+        if not records.exists("summary.json"):
+            raise ConfigError(f"{args.run_dir}: no summary.json (the run has not finished); use --snapshot ID")
+        snapshot_id = records.read_json("summary.json")["snapshot_id"]
+    else:
+        snapshot_id = args.snapshot
+    dest = Path(args.dest)
+    if dest.exists() and any(dest.iterdir()):
+        raise ConfigError(f"{dest} exists and is not empty")
+    records.get_snapshot(snapshot_id).materialize(dest)
+    print(f"exported snapshot {snapshot_id} to {dest}")
+    return 0
+
+
+def cmd_submit(args, extra) -> int:
+    from cluster.submit import submit
+
+    return submit(args.config, args.address, _overrides(extra), args.run_dir, wait=not args.no_wait)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

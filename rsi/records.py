@@ -1,0 +1,206 @@
+"""The run directory: what a run decided, measured and produced, on any ``pyarrow.fs``.
+
+Layout: ``config.yaml`` (redacted), ``decisions.jsonl``, ``rollouts/*.parquet``, ``traces/``,
+``blobs/`` (content store) + ``snapshots/*.json`` (manifests), ``archive.jsonl``,
+``state/`` (algorithm state per step, for resume), ``summary.json``.
+
+Every decision line is flushed and fsynced (local storage) before the decision is acted on,
+so a killed run loses nothing it had decided. Object stores have no append: there a JSONL file
+is rewritten whole, which is atomic per object.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.parquet as pq
+import yaml
+
+from rsi.errors import ClusterError, ConfigError
+from rsi.results import SCHEMA, concat
+from rsi.snapshot import Snapshot
+
+
+def open_fs(uri: str) -> tuple[pafs.FileSystem, str]:
+    """A local path or any pyarrow.fs URI -> (filesystem, path within it)."""
+    if "://" not in uri:
+        return pafs.LocalFileSystem(), str(Path(uri).expanduser().resolve())
+    try:
+        return pafs.FileSystem.from_uri(uri)
+    except (pa.ArrowInvalid, OSError) as exc:
+        raise ConfigError(f"storage {uri!r}: {exc}") from None
+
+
+def _json_default(o):
+    if hasattr(o, "item"):
+        return o.item()
+    if isinstance(o, (set, frozenset)):
+        return sorted(o)
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def dumps(obj: Any) -> str:
+    return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+class RunRecords:
+    def __init__(self, fs: pafs.FileSystem, root: str, uri: str):
+        self.fs, self.root, self.uri = fs, root.rstrip("/"), uri
+        self._lock = threading.Lock()
+        self._local = isinstance(fs, pafs.LocalFileSystem)
+
+    # ---- opening -------------------------------------------------------------------------
+    @classmethod
+    def create(cls, storage: str, name: str, run_dir: str | None = None) -> "RunRecords":
+        if run_dir:
+            uri = run_dir
+        else:
+            stamp = time.strftime("%Y%m%d-%H%M%S")
+            uri = f"{storage.rstrip('/')}/{name}-{stamp}-{uuid.uuid4().hex[:4]}"
+        fs, root = open_fs(uri)
+        info = fs.get_file_info(f"{root}/decisions.jsonl")
+        if info.type != pafs.FileType.NotFound:
+            raise ConfigError(f"run directory {uri} already holds a run; use `rsi resume {uri}`")
+        fs.create_dir(root, recursive=True)
+        return cls(fs, root, uri if "://" in uri else root)
+
+    @classmethod
+    def open(cls, uri: str) -> "RunRecords":
+        fs, root = open_fs(uri)
+        if fs.get_file_info(f"{root}/config.yaml").type == pafs.FileType.NotFound:
+            raise ConfigError(f"{uri} is not a run directory (no config.yaml)")
+        return cls(fs, root, uri if "://" in uri else root)
+
+    def path(self, rel: str) -> str:
+        return f"{self.root}/{rel}"
+
+    def exists(self, rel: str) -> bool:
+        return self.fs.get_file_info(self.path(rel)).type != pafs.FileType.NotFound
+
+    # ---- primitive writes ----------------------------------------------------------------
+    def write_bytes(self, rel: str, data: bytes) -> None:
+        """Atomic where the filesystem allows it: temp file + rename."""
+        dest = self.path(rel)
+        self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)
+        if self._local:
+            tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, dest)
+        else:
+            with self.fs.open_output_stream(dest) as f:
+                f.write(data)
+
+    def read_bytes(self, rel: str) -> bytes:
+        with self.fs.open_input_stream(self.path(rel)) as f:
+            return f.read()
+
+    def append_line(self, rel: str, obj: Any) -> None:
+        line = (dumps(obj) + "\n").encode()
+        with self._lock:
+            dest = self.path(rel)
+            if self._local:
+                Path(dest).parent.mkdir(parents=True, exist_ok=True)
+                with open(dest, "ab") as f:
+                    f.write(line)
+                    f.flush()
+                    os.fsync(f.fileno())
+            else:
+                old = self.read_bytes(rel) if self.exists(rel) else b""
+                self.write_bytes(rel, old + line)
+
+    def read_lines(self, rel: str) -> list[dict]:
+        if not self.exists(rel):
+            return []
+        out = []
+        for raw in self.read_bytes(rel).decode().splitlines():
+            if raw.strip():
+                try:
+                    out.append(json.loads(raw))
+                except json.JSONDecodeError:
+                    break  # a line torn by a kill mid-write is the end of what was decided
+        return out
+
+    # ---- run files -----------------------------------------------------------------------
+    def write_config(self, redacted: dict) -> None:
+        self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=False).encode())
+
+    def read_config(self) -> dict:
+        return yaml.safe_load(self.read_bytes("config.yaml"))
+
+    def decision(self, record: dict) -> None:
+        self.append_line("decisions.jsonl", record)
+
+    def decisions(self) -> list[dict]:
+        return self.read_lines("decisions.jsonl")
+
+    def archive_entry(self, entry: dict) -> None:
+        self.append_line("archive.jsonl", entry)
+
+    def write_json(self, rel: str, obj: Any) -> None:
+        self.write_bytes(rel, json.dumps(obj, default=_json_default, indent=2, ensure_ascii=False).encode())
+
+    def read_json(self, rel: str) -> Any:
+        return json.loads(self.read_bytes(rel))
+
+    def write_rollouts(self, table: pa.Table, tag: str) -> str:
+        rel = f"rollouts/{time.time_ns()}-{tag}.parquet"
+        sink = io.BytesIO()
+        pq.write_table(table, sink)
+        self.write_bytes(rel, sink.getvalue())
+        return rel
+
+    def rollouts(self) -> pa.Table:
+        sel = pafs.FileSelector(self.path("rollouts"), allow_not_found=True)
+        files = sorted(i.path for i in self.fs.get_file_info(sel) if i.path.endswith(".parquet"))
+        tables = []
+        for f in files:
+            with self.fs.open_input_file(f) as fh:
+                tables.append(pq.read_table(fh, schema=SCHEMA))
+        return concat(tables)
+
+    def write_traces(self, traces: list[dict], tag: str) -> str:
+        rel = f"traces/{time.time_ns()}-{tag}.jsonl"
+        self.write_bytes(rel, "".join(dumps(t) + "\n" for t in traces).encode())
+        return rel
+
+    def read_trace(self, trace_ref: str) -> dict:
+        rel, _, idx = trace_ref.rpartition("#")
+        return json.loads(self.read_bytes(rel).decode().splitlines()[int(idx)])
+
+    # ---- snapshots -----------------------------------------------------------------------
+    def put_snapshot(self, snap: Snapshot) -> None:
+        if self.exists(f"snapshots/{snap.snapshot_id}.json"):
+            return
+        for entry in snap.files.values():
+            if not self.exists(f"blobs/{entry.digest}"):
+                self.write_bytes(f"blobs/{entry.digest}", snap.blobs[entry.digest])
+        self.write_json(f"snapshots/{snap.snapshot_id}.json", snap.manifest())
+
+    def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        if not self.exists(f"snapshots/{snapshot_id}.json"):
+            raise ConfigError(f"{self.uri}: no snapshot {snapshot_id}")
+        manifest = self.read_json(f"snapshots/{snapshot_id}.json")
+        blobs = {d: self.read_bytes(f"blobs/{d}") for d, _, _ in manifest["files"].values()}
+        return Snapshot.from_manifest(manifest, blobs)
+
+    def iter_snapshot_ids(self) -> Iterator[str]:
+        sel = pafs.FileSelector(self.path("snapshots"), allow_not_found=True)
+        for info in self.fs.get_file_info(sel):
+            yield info.base_name.removesuffix(".json")
+
+    def local_path(self) -> Path:
+        if not self._local:
+            raise ClusterError(f"{self.uri} is not on the local filesystem")
+        return Path(self.root)

@@ -1,0 +1,63 @@
+"""Name -> lazily imported class, one table per plugin kind.
+
+Third parties add algorithms through the ``rsi.algorithms`` entry-point group. An unknown name
+raises ConfigError listing the valid ones; nothing else in the code dispatches on names.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+from importlib.metadata import entry_points
+
+from rsi.errors import ConfigError
+
+ALGORITHMS = {
+    "evaluate": "algorithms.evaluate:Evaluate",
+    "darwinx": "algorithms.darwinx:DarwinX",
+    "adas": "algorithms.adas:ADAS",
+    "ahe": "algorithms.ahe:AHE",
+    "meta": "algorithms.meta.outer:MetaEvolve",
+}
+
+BENCHMARKS = {
+    "binpack": "benchmarks.binpack:BinPack",
+    "table": "benchmarks.table:TableBenchmark",
+    "qa": "benchmarks.qa:QA",
+    "meta_landscape": "algorithms.meta.benchmark:LandscapeBenchmark",
+    "meta_binpack": "algorithms.meta.benchmark:BinpackSearchBenchmark",
+}
+
+TARGETS = {
+    "program": "rsi.target:ProgramTarget",
+    "miniagent": "rsi.target:MiniAgentTarget",
+    "policy": "algorithms.meta.target:PolicyTarget",
+}
+
+
+def _load(table: dict[str, str], kind: str, name: str, group: str | None = None):
+    table = dict(table)
+    if group:
+        for ep in entry_points(group=group):
+            table.setdefault(ep.name, ep.value)
+    if name not in table:
+        close = difflib.get_close_matches(str(name), table, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(table))}")
+    module, _, attr = table[name].partition(":")
+    try:
+        return getattr(importlib.import_module(module), attr)
+    except (ModuleNotFoundError, AttributeError) as exc:
+        raise ConfigError(f"{kind} {name!r} is not available in this installation: {exc}") from None
+
+
+def algorithm_class(name: str):
+    return _load(ALGORITHMS, "algorithm", name, group="rsi.algorithms")
+
+
+def benchmark_class(name: str):
+    return _load(BENCHMARKS, "benchmark", name)
+
+
+def target_class(kind: str):
+    return _load(TARGETS, "target kind", kind)

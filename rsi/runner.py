@@ -1,0 +1,124 @@
+"""The outer driver: config -> validated parts -> run directory -> Ray -> algorithm -> test.
+
+Everything that can be wrong with the input is checked in ``prepare`` before a run directory,
+a Ray start or a model call exists (ConfigError: the CLI prints one line and exits 2).
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from rsi.algorithm import RunContext
+from rsi.benchmark import Benchmark
+from rsi.config import Resolved, load_config
+from rsi.errors import ConfigError
+from rsi.progress import log
+from rsi.records import RunRecords
+from rsi.registry import target_class
+from rsi.results import ScoreMatrix
+from rsi.snapshot import Snapshot
+
+
+@dataclass
+class Prepared:
+    config: Resolved
+    benchmark: Benchmark
+    target: object
+    seed: Snapshot
+
+
+def prepare(resolved: Resolved) -> Prepared:
+    """All checks, no side effects."""
+    run = resolved.run
+    target_dir = resolved.target_dir()
+    if not target_dir.is_dir():
+        raise ConfigError(f"target.path: directory {target_dir} does not exist")
+    seed = Snapshot.from_dir(target_dir, secrets=resolved.secrets())
+    bench_cls = type(resolved.bench_params)  # noqa: F841  (kept for clarity of where Params came from)
+    from rsi.registry import benchmark_class
+
+    benchmark = benchmark_class(resolved.bench_params.name)(resolved.bench_params, base_dir=resolved.base_dir)
+    for split in ("train", "dev", "test"):
+        benchmark.split(split)  # duplicate ids, bad files: raise now
+    resolved.algo_cls.check_benchmark(benchmark)
+    target = target_class(run.target.kind)(run.target, benchmark)
+    target.check(seed)
+    if resolved.worker_cfg is not None:
+        from rsi.workers import worker_class
+
+        worker_class(resolved.worker_cfg.type)(resolved.worker_cfg, base_dir=resolved.base_dir, seed=run.seed)
+    return Prepared(resolved, benchmark, target, seed)
+
+
+def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Run":
+    prepared = prepare(load_config(config_path, overrides))
+    run = prepared.config.run
+    records = RunRecords.create(run.storage, run.name, run_dir)
+    records.write_config(prepared.config.redacted())
+    records.put_snapshot(prepared.seed)
+    return Run(prepared, records)
+
+
+class Run:
+    def __init__(self, prepared: Prepared, records: RunRecords, resume_state: dict | None = None):
+        self.p = prepared
+        self.records = records
+        self.run_id = records.uri.rstrip("/").rsplit("/", 1)[-1]
+        self.resume_state = resume_state
+
+    def execute(self) -> dict:
+        from actors.client import EvaluatorClient
+        from cluster.connect import connect
+
+        cfg = self.p.config
+        log(f"run directory: {self.records.uri}")
+        t0 = time.monotonic()
+        connect(cfg.run.ray)
+        evaluator = EvaluatorClient.start(self.run_id, self.p.target, cfg.run.evaluator, cfg.run.seed,
+                                          cfg.run.target.deterministic, self.records)
+        workers = None
+        if cfg.worker_cfg is not None:
+            from actors.worker_pool import WorkerPool
+
+            workers = WorkerPool(cfg.worker_cfg, cfg.base_dir, cfg.run.seed)
+        ctx = RunContext(cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers,
+                         cfg.secrets(), self.run_id)
+        algo = cfg.algo_cls(ctx, cfg.algo_params)
+        promoted = algo.run()
+        self.records.put_snapshot(promoted)
+        test = None
+        if evaluator.split_ids("test"):
+            algo.step += 1
+            test = evaluator.evaluate(promoted, "test", trials=1, salt="final-test", label="test")
+            m = ScoreMatrix.from_table(test)
+            algo.decide("test", promoted.snapshot_id, promoted.parent_id, reason=f"test mean {m.mean():.4f}",
+                        mean=m.mean(), tasks=len(m.task_ids))
+        summary = self.summary(promoted, test, evaluator.stats(), time.monotonic() - t0)
+        self.records.write_json("summary.json", summary)
+        return summary
+
+    def summary(self, promoted: Snapshot, test: pa.Table | None, stats: dict, elapsed: float) -> dict:
+        rows = self.records.rollouts()
+        means = {}
+        for split in ("train", "dev", "test"):
+            mask = np.array([(s == promoted.snapshot_id and sp == split)
+                             for s, sp in zip(rows["snapshot_id"].to_pylist(), rows["split"].to_pylist())], bool)
+            if mask.any():
+                means[split] = ScoreMatrix.from_table(rows.filter(pa.array(mask))).mean()
+        report = self.p.benchmark.report(test, "test") if test is not None else []
+        return {
+            "run_dir": self.records.uri,
+            "snapshot_id": promoted.snapshot_id,
+            "seed_snapshot_id": self.p.seed.snapshot_id,
+            "algorithm": self.p.config.algo_params.name,
+            "means": means,
+            "test_report": report,
+            "rollouts": {"executed": stats.get("executed", 0), "cache_hits": stats.get("cache_hits", 0)},
+            "elapsed_s": round(elapsed, 2),
+        }

@@ -1,0 +1,138 @@
+"""Target: how a snapshot runs one task.
+
+A rollout never raises for anything a candidate does: it ends ``ok``, ``error``, ``timeout`` or
+``protocol_error`` and anything but ``ok`` scores 0. Targets run inside Ray worker processes,
+so they are plain picklable objects built once per evaluation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rsi.benchmark import Benchmark, Task
+from rsi.config import TargetConfig
+from rsi.errors import ConfigError
+from rsi.snapshot import Snapshot
+
+
+@dataclass
+class RolloutResult:
+    score: float
+    status: str
+    duration_s: float
+    trace: dict = field(default_factory=dict)
+    tokens_in: int = 0
+    tokens_out: int = 0
+    cost_usd: float = 0.0
+
+
+class Target(ABC):
+    kind: ClassVar[str]
+
+    def __init__(self, config: TargetConfig, benchmark: Benchmark):
+        self.config = config
+        self.benchmark = benchmark
+
+    def check(self, snapshot: Snapshot) -> None:
+        """Startup checks against the seed version (ConfigError: exit 2, nothing started)."""
+
+    def fingerprint(self) -> str:
+        """Everything besides the snapshot that decides a rollout's outcome (cache key part)."""
+        body = f"{self.kind}|{self.config.model_dump_json()}|{self.benchmark.fingerprint()}"
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+    @abstractmethod
+    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
+        """Run one task on a materialised checkout of the snapshot at ``workdir``."""
+
+
+class ProgramTarget(Target):
+    """An entry script in a sandboxed subprocess: task JSON on stdin, one JSON object on stdout.
+
+    A benchmark with a ``harness`` (bin packing's skeleton) runs that script instead, with the
+    checkout as working directory, so the candidate only supplies the function it evolves.
+    """
+
+    kind = "program"
+    default_entry: ClassVar[str | None] = None
+
+    def entry(self) -> str | None:
+        return self.config.entry or self.default_entry
+
+    def check(self, snapshot: Snapshot) -> None:
+        if self.benchmark.harness is None:
+            entry = self.entry()
+            if not entry:
+                raise ConfigError("target.entry is required for a program target (the script a rollout runs)")
+            if entry not in snapshot.files:
+                raise ConfigError(f"target entry script {entry!r} is not in the target directory")
+
+    def argv(self, workdir: Path) -> list[str]:
+        script = self.benchmark.harness or (workdir / self.entry())
+        return [sys.executable, str(script)]
+
+    def env(self) -> tuple[dict[str, str], list[str]]:
+        return {}, list(self.config.env_pass)
+
+    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
+        from rsi.sandbox import Limits, run_program
+
+        lim = self.config.limits
+        limits = Limits(timeout_s=lim.timeout_s, cpu_s=lim.cpu_s, memory_mb=lim.memory_mb,
+                        max_procs=lim.max_procs, file_size_mb=lim.file_size_mb,
+                        stdout_max_bytes=lim.stdout_max_bytes)
+        env, passthrough = self.env()
+        payload = self.benchmark.payload(task, trial, sample_seed)
+        out = run_program(self.argv(workdir), workdir, payload, limits, env_passthrough=passthrough, env=env)
+        trace: dict[str, Any] = {"status": out.status, "reason": out.reason, "returncode": out.returncode,
+                                 "stderr_tail": out.stderr_tail}
+        if out.status != "ok":
+            trace["stdout_tail"] = out.stdout_tail
+            return RolloutResult(0.0, out.status, out.duration_s, trace)
+        t0 = time.perf_counter()
+        try:
+            score = self.benchmark.score(task, out.output, trial)
+        except Exception as exc:  # a scorer bug must not look like a candidate's failure
+            raise RuntimeError(f"benchmark {self.benchmark.name} failed to score {task.task_id}: {exc}") from exc
+        trace["output"] = _clip(out.output)
+        trace["metrics"] = score.metrics
+        usage = out.output.get("usage", {}) if isinstance(out.output.get("usage"), dict) else {}
+        primary = min(max(float(score.primary), 0.0), 1.0)
+        return RolloutResult(primary, "ok", out.duration_s + (time.perf_counter() - t0), trace,
+                             int(usage.get("tokens_in", 0) or 0), int(usage.get("tokens_out", 0) or 0),
+                             float(usage.get("cost_usd", 0.0) or 0.0))
+
+
+class MiniAgentTarget(ProgramTarget):
+    """A tool-using LLM agent harness run as a subprocess per task (``runtime/main.py``).
+
+    Its model is the target's own (``target.model``); the key reaches the subprocess only
+    through the variable the config names.
+    """
+
+    kind = "miniagent"
+    default_entry = "runtime/main.py"
+
+    def env(self) -> tuple[dict[str, str], list[str]]:
+        env, passthrough = {}, list(self.config.env_pass)
+        if self.config.model:
+            from rsi.llm import LLMConfig, miniagent_env
+
+            model_env, model_pass = miniagent_env(LLMConfig.model_validate(self.config.model))
+            env.update(model_env)
+            passthrough += model_pass
+        return env, passthrough
+
+
+def _clip(obj: Any, limit: int = 20000) -> Any:
+    """Keep traces bounded: a 5000-item assignment is evidence enough as its first few KB."""
+    import json
+
+    text = json.dumps(obj, default=str)
+    return obj if len(text) <= limit else {"truncated": text[:limit]}

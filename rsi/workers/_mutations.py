@@ -1,0 +1,306 @@
+"""Variation operators on one function's AST: the offline mutator's moves. Not a model.
+
+Each operator picks a random site in the function body, changes it in place and returns True,
+or returns False when the body has no site it applies to. New constants are drawn around
+``scale`` (the typical magnitude of quantities in the evolved code), so inserted thresholds,
+penalties and decay lengths land in a range where they change decisions.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from rsi.workers._pyedit import ModuleNames
+
+ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div)
+ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
+EQUALITY = (ast.Eq, ast.NotEq)
+# Elementwise functions by module; those whose domain needs a guard get ``abs`` inside.
+UNARY = {
+    "numpy": ("exp", "log1p", "sqrt", "abs", "square", "tanh", "arctan", "cbrt"),
+    "math": ("exp", "log1p", "sqrt", "fabs", "tanh", "atan"),
+}
+NEEDS_ABS = {"log1p", "sqrt", "log"}
+ABS = {"numpy": "abs", "math": "fabs"}
+OPERATORS = ("perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")
+
+
+@dataclass
+class Site:
+    """An expression node and how to replace it in its parent."""
+
+    node: ast.expr
+    parent: ast.AST
+    field: str
+    index: int | None
+    stmt: int  # index of the top-level body statement holding it
+    free: bool  # False inside subscripts and keyword arguments, where indices and flags live
+    root: bool = False  # the whole value of a return or assignment
+
+    def replace(self, new: ast.expr) -> None:
+        if self.index is None:
+            setattr(self.parent, self.field, new)
+        else:
+            getattr(self.parent, self.field)[self.index] = new
+
+
+def _body_start(fn: ast.FunctionDef) -> int:
+    first = fn.body[0]
+    is_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    return 1 if is_doc and len(fn.body) > 1 else 0
+
+
+def sites(fn: ast.FunctionDef) -> list[Site]:
+    out: list[Site] = []
+    for k in range(_body_start(fn), len(fn.body)):
+        _collect(fn.body[k], k, True, out)
+    return out
+
+
+def _collect(node: ast.AST, k: int, free: bool, out: list[Site]) -> None:
+    for name, value in ast.iter_fields(node):
+        if isinstance(node, ast.Call) and name == "func" or isinstance(node, ast.Attribute):
+            continue
+        child_free = free and not (isinstance(node, ast.Subscript) and name == "slice") and not isinstance(node, ast.keyword)
+        items = value if isinstance(value, list) else [value]
+        for i, child in enumerate(items):
+            if not isinstance(child, ast.AST) or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
+                                                                    ast.ClassDef, ast.Lambda, ast.JoinedStr)):
+                continue
+            if isinstance(child, ast.expr) and not isinstance(getattr(child, "ctx", None), (ast.Store, ast.Del)):
+                root = isinstance(node, (ast.Return, ast.Assign, ast.AugAssign)) and name == "value"
+                index = i if isinstance(value, list) else None
+                out.append(Site(child, node, name, index, k, child_free, root))
+            _collect(child, k, child_free, out)
+
+
+def _number(node: ast.AST) -> float | None:
+    """The value of a numeric literal, ``-3`` included; None for anything else."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        inner = _number(node.operand)
+        return None if inner is None or isinstance(node.operand, ast.UnaryOp) else -inner
+    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+        return node.value
+    return None
+
+
+def literal(value: float) -> ast.expr:
+    """A literal node; negatives as unary minus so unparse keeps precedence right."""
+    if isinstance(value, float):
+        value = float(f"{value:.3g}")
+        if math.isnan(value) or math.isinf(value):
+            value = 1.0
+    node = ast.Constant(abs(value))
+    return ast.UnaryOp(ast.USub(), node) if value < 0 else node
+
+
+def _call(func: ast.expr, *args: ast.expr) -> ast.Call:
+    return ast.Call(func=func, args=list(args), keywords=[])
+
+
+def _attr(module: str, name: str) -> ast.expr:
+    return ast.Attribute(value=ast.Name(module, ast.Load()), attr=name, ctx=ast.Load())
+
+
+def _binop(left: ast.expr, op: ast.operator, right: ast.expr) -> ast.BinOp:
+    return ast.BinOp(left=left, op=op, right=right)
+
+
+@dataclass
+class Mutations:
+    """The operator set over one random stream; ``apply`` runs one named operator."""
+
+    rng: np.random.Generator
+    names: ModuleNames
+    scale: float = 10.0
+
+    def apply(self, op: str, fn: ast.FunctionDef) -> bool:
+        return getattr(self, op)(fn, sites(fn))
+
+    # ---- small draws ----------------------------------------------------------------------
+    def _pick(self, seq):
+        return seq[int(self.rng.integers(len(seq)))]
+
+    def _magnitude(self, low: float, high: float) -> float:
+        """Log-uniform in [scale*low, scale*high]."""
+        return self.scale * float(np.exp(self.rng.uniform(np.log(low), np.log(high))))
+
+    def _new_value(self, old: float) -> float:
+        u = self.rng.random()
+        if u < 0.55 and old != 0:
+            new = old * float(np.exp(self.rng.normal(0.0, 0.4)))
+        elif u < 0.8:
+            new = old + float(self.rng.normal(0.0, 0.3)) * max(abs(old), self.scale * 0.1)
+        elif u < 0.9 and old != 0:
+            new = -old
+        else:
+            new = float(self.rng.integers(-2, 6))
+        if isinstance(old, int) and self.rng.random() < 0.5:
+            new = int(round(new))
+        if float(f"{new:.3g}") == old:
+            new = old + (1 if isinstance(old, int) else self.scale * 0.1)
+        return new
+
+    # ---- operators ------------------------------------------------------------------------
+    def perturb_constant(self, fn, found: list[Site]) -> bool:
+        numbers = [s for s in found if s.free and _number(s.node) is not None
+                   and not (isinstance(s.parent, ast.UnaryOp) and isinstance(s.parent.op, ast.USub))]
+        if not numbers:
+            return False
+        site = self._pick(numbers)
+        site.replace(literal(self._new_value(_number(site.node))))
+        return True
+
+    def swap_operator(self, fn, found: list[Site]) -> bool:
+        ops = [s.node for s in found if isinstance(s.node, ast.BinOp)
+               and isinstance(s.node.op, ARITH + (ast.Pow, ast.FloorDiv))]
+        if not ops:
+            return False
+        node = self._pick(ops)
+        kind = type(node.op)
+        family = {ast.Add: (ast.Sub,), ast.Sub: (ast.Add,), ast.Mult: (ast.Div,), ast.Div: (ast.Mult,),
+                  ast.Pow: (ast.Mult,), ast.FloorDiv: (ast.Div,)}[kind]
+        if self.rng.random() < 0.3:
+            family = tuple(o for o in ARITH if o is not kind)
+        node.op = self._pick(family)()
+        return True
+
+    def swap_compare(self, fn, found: list[Site]) -> bool:
+        compares = [(s.node, i) for s in found if isinstance(s.node, ast.Compare)
+                    for i, op in enumerate(s.node.ops) if isinstance(op, ORDER + EQUALITY)]
+        if not compares:
+            return False
+        node, i = self._pick(compares)
+        group = ORDER if isinstance(node.ops[i], ORDER) else EQUALITY
+        node.ops[i] = self._pick([o for o in group if not isinstance(node.ops[i], o)])()
+        return True
+
+    def _unary_calls(self, found: list[Site]) -> list[tuple[Site, str]]:
+        out = []
+        for s in found:
+            node = s.node
+            if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
+                    and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)):
+                for module in ("numpy", "math"):
+                    alias = getattr(self.names, module)
+                    if node.func.value.id == alias and node.func.attr in UNARY[module] + ("log",):
+                        out.append((s, module))
+        return out
+
+    def swap_function(self, fn, found: list[Site]) -> bool:
+        calls = self._unary_calls(found)
+        if not calls:
+            return False
+        site, module = self._pick(calls)
+        alias, arg = getattr(self.names, module), site.node.args[0]
+        new = self._pick([f for f in UNARY[module] if f != site.node.func.attr])
+        if new in NEEDS_ABS and not (isinstance(arg, ast.Call) and getattr(arg.func, "attr", "") == ABS[module]):
+            arg = _call(_attr(alias, ABS[module]), arg)
+        site.replace(_call(_attr(alias, new), arg))
+        return True
+
+    def drop_term(self, fn, found: list[Site]) -> bool:
+        options, unary = [], {id(s.node) for s, _ in self._unary_calls(found)}
+        for s in found:
+            node = s.node
+            if not s.free:
+                continue
+            if isinstance(node, ast.BinOp):
+                options += [(s, node.left), (s, node.right)]
+            elif isinstance(node, ast.UnaryOp) and _number(node) is None:
+                options.append((s, node.operand))
+            elif isinstance(node, ast.Call) and len(node.args) == 3 and getattr(node.func, "attr", "") == "where":
+                options += [(s, node.args[1]), (s, node.args[2])]
+            elif id(node) in unary:
+                options.append((s, node.args[0]))
+        # Prefer keeping a part that still depends on something over collapsing to a literal.
+        options = [o for o in options if _number(o[1]) is None] or options
+        if not options:
+            return False
+        site, keep = self._pick(options)
+        site.replace(keep)
+        return True
+
+    # ---- insert_term: new structure from the function's own names ------------------------
+    def insert_term(self, fn, found: list[Site]) -> bool:
+        targets = [s for s in found if s.free and isinstance(s.node, (ast.Name, ast.BinOp, ast.UnaryOp,
+                                                                        ast.Call, ast.Subscript, ast.Constant))
+                   and not (isinstance(s.node, ast.Name) and s.node.id in (self.names.numpy, self.names.math))]
+        if not targets:
+            return False
+        roots = [s for s in targets if s.root]
+        site = self._pick(roots if roots and self.rng.random() < 0.6 else targets)
+        atom = self._atom(fn, found, site)
+        if atom is None:
+            return False
+        forms = [self._add_term, self._scale_term, self._step_term]
+        if self.names.numpy:
+            forms.append(self._where_term)
+        site.replace(self._pick(forms)(site.node, atom))
+        return True
+
+    def _atom(self, fn, found: list[Site], site: Site) -> ast.expr | None:
+        """A quantity to build on: a name in scope, a difference of two, or an existing
+        subexpression of the body (copied, so the tree never contains itself)."""
+        names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        for stmt in fn.body[: site.stmt]:
+            names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        names = list(dict.fromkeys(names))
+        existing = [s.node for s in found if s.free and isinstance(s.node, (ast.BinOp, ast.Call, ast.UnaryOp))
+                    and _number(s.node) is None]
+        u = self.rng.random()
+        if existing and (u < 0.35 or not names):
+            return copy.deepcopy(self._pick(existing))
+        if len(names) >= 2 and u < 0.7:
+            a, b = self.rng.choice(len(names), size=2, replace=False)
+            return _binop(ast.Name(names[a], ast.Load()), ast.Sub(), ast.Name(names[b], ast.Load()))
+        return ast.Name(self._pick(names), ast.Load()) if names else None
+
+    def _shape(self, atom: ast.expr) -> ast.expr:
+        """A nonlinear transform of the atom with a fitted length scale."""
+        np_ = self.names.numpy
+        s = literal(self._magnitude(0.2, 5.0))
+        shapes = [lambda: atom, lambda: _binop(atom, ast.Pow(), ast.Constant(2)),
+                  lambda: _binop(ast.Constant(1), ast.Div(), _binop(self._abs(atom), ast.Add(), s))]
+        if np_:
+            shapes += [lambda: _call(_attr(np_, "exp"), _binop(ast.UnaryOp(ast.USub(), self._abs(atom)), ast.Div(), s)),
+                       lambda: _call(_attr(np_, "sqrt"), self._abs(atom)),
+                       lambda: _call(_attr(np_, "log1p"), self._abs(atom))]
+        return self._pick(shapes)()
+
+    def _abs(self, node: ast.expr) -> ast.expr:
+        return _call(_attr(self.names.numpy, "abs") if self.names.numpy else ast.Name("abs", ast.Load()), node)
+
+    def _condition(self, atom: ast.expr) -> ast.expr:
+        threshold = 0.0 if self.rng.random() < 0.15 else self._magnitude(0.1, 5.0)
+        op = self._pick(ORDER + (ast.Eq,) if threshold == 0 else ORDER)()
+        cond = ast.Compare(left=atom, ops=[op], comparators=[literal(threshold)])
+        if self.rng.random() < 0.3:
+            other = ast.Compare(left=copy.deepcopy(atom), ops=[ast.Gt()], comparators=[literal(0.0)])
+            cond = _binop(other, ast.BitAnd(), cond)
+        return cond
+
+    def _add_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
+        coef = self._magnitude(0.01, 10.0) * (1 if self.rng.random() < 0.5 else -1)
+        return _binop(expr, ast.Add(), _binop(literal(coef), ast.Mult(), self._shape(atom)))
+
+    def _scale_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
+        return _binop(expr, self._pick((ast.Mult, ast.Div))(), self._shape(atom))
+
+    def _step_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
+        coef = self._magnitude(0.1, 10.0) * (1 if self.rng.random() < 0.5 else -1)
+        return _binop(expr, ast.Add(), _binop(literal(coef), ast.Mult(), self._condition(atom)))
+
+    def _where_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
+        other = copy.deepcopy(expr)
+        if self.rng.random() < 0.7:
+            other = _binop(other, ast.Add(), literal(self._magnitude(0.1, 10.0) * self._pick((1, -1))))
+        else:
+            other = _binop(other, ast.Mult(), literal(self._magnitude(0.01, 0.3)))
+        branches = [other, expr] if self.rng.random() < 0.5 else [expr, other]
+        return _call(_attr(self.names.numpy, "where"), self._condition(atom), *branches)
