@@ -1,0 +1,331 @@
+"""Bin packing: the shared skeleton reproduces the FunSearch paper's Table 1, the sandboxed
+skeleton script agrees with it bin for bin, and scoring trusts nothing a candidate prints."""
+
+import json
+import math
+import pickle
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from benchmarks.binpack import BinPack, BinPackParams, baselines, heuristic_excess
+from benchmarks.binpack.instances import published_baselines, load_test_set
+from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, pack
+from rsi.benchmark import Task
+from rsi.components import Components
+from rsi.results import rows_to_table
+
+ROOT = Path(__file__).resolve().parents[1]
+SKELETON = ROOT / "benchmarks" / "binpack" / "skeleton.py"
+BESTFIT = ROOT / "targets" / "binpack_bestfit"
+FIRSTFIT = ROOT / "targets" / "binpack_firstfit"
+
+
+def bench(**kw) -> BinPack:
+    return BinPack(BinPackParams(name="binpack", **kw))
+
+
+def paper_online_binpack(items, bins, priority):
+    """The FunSearch notebook's loop, verbatim in substance (google-deepmind/funsearch,
+    bin_packing.ipynb, Apache-2.0): the reference our packing must match."""
+    for item in items:
+        valid_bin_indices = np.nonzero((bins - item) >= 0)[0]
+        priorities = priority(item, bins[valid_bin_indices])
+        best_bin = valid_bin_indices[np.argmax(priorities)]
+        bins[best_bin] -= item
+    return bins
+
+
+def funsearch_or_heuristic(item, bins):
+    """The heuristic FunSearch found for the OR datasets (paper Fig. C.12 / notebook)."""
+
+    def s(bin, item):
+        if bin - item <= 2:
+            return 4
+        elif (bin - item) <= 3:
+            return 3
+        elif (bin - item) <= 5:
+            return 2
+        elif (bin - item) <= 7:
+            return 1
+        elif (bin - item) <= 9:
+            return 0.9
+        elif (bin - item) <= 12:
+            return 0.95
+        elif (bin - item) <= 15:
+            return 0.97
+        elif (bin - item) <= 18:
+            return 0.98
+        elif (bin - item) <= 20:
+            return 0.98
+        elif (bin - item) <= 21:
+            return 0.98
+        else:
+            return 0.99
+
+    return np.array([s(b, item) for b in bins])
+
+
+FUNSEARCH_OR_SOURCE = '''
+import numpy as np
+
+
+def priority(item, bins):
+    def s(bin, item):
+        if bin - item <= 2:
+            return 4
+        elif (bin - item) <= 3:
+            return 3
+        elif (bin - item) <= 5:
+            return 2
+        elif (bin - item) <= 7:
+            return 1
+        elif (bin - item) <= 9:
+            return 0.9
+        elif (bin - item) <= 12:
+            return 0.95
+        elif (bin - item) <= 15:
+            return 0.97
+        elif (bin - item) <= 18:
+            return 0.98
+        elif (bin - item) <= 20:
+            return 0.98
+        elif (bin - item) <= 21:
+            return 0.98
+        else:
+            return 0.99
+
+    print("candidates may print; stdout must stay one JSON object")
+    return np.array([s(b, item) for b in bins])
+'''
+
+
+def run_skeleton(cwd: Path, task: Task, payload: dict | None = None) -> dict:
+    stdin = json.dumps(payload if payload is not None else task.input)
+    proc = subprocess.run(
+        [sys.executable, str(SKELETON)], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert len(lines) == 1
+    return json.loads(lines[0])
+
+
+# --- Table 1 -----------------------------------------------------------------------------------
+
+
+def test_first_fit_and_best_fit_reproduce_table_1():
+    tasks = bench().split("test")
+    assert len(tasks) == 4 * 20 + 5
+    published = published_baselines()
+    ours = baselines(tasks)
+    for dataset in ["OR1", "OR2", "OR3", "OR4", "Weibull 5k"]:
+        assert round(100 * ours["first_fit"][dataset], 2) == published["First Fit"][dataset]
+        assert round(100 * ours["best_fit"][dataset], 2) == published["Best Fit"][dataset]
+
+
+def test_funsearch_or_heuristic_reproduces_its_published_figure_on_or1():
+    excess = heuristic_excess(load_test_set("OR1"), funsearch_or_heuristic)
+    assert round(100 * excess["OR1"], 2) == published_baselines()["FunSearch"]["OR1"] == 5.30
+
+
+@pytest.mark.parametrize("priority", [best_fit, first_fit, funsearch_or_heuristic])
+def test_pack_matches_the_papers_loop(priority):
+    task = load_test_set("OR2")[3]
+    items, cap = task.input["items"], task.input["capacity"]
+    reference = paper_online_binpack(items, np.array([cap for _ in items]), priority)
+    assignment = pack(items, cap, priority)
+    ours = cap - np.bincount(assignment, weights=items, minlength=len(items))
+    assert np.array_equal(ours, reference)
+    assert count_bins(items, cap, assignment) == int((reference != cap).sum())
+
+
+def test_best_fit_packs_a_weibull_5k_instance_in_well_under_a_second():
+    import time
+
+    task = load_test_set("Weibull 5k")[0]
+    start = time.perf_counter()
+    pack(task.input["items"], task.input["capacity"], best_fit)
+    assert time.perf_counter() - start < 0.5
+
+
+# --- the skeleton subprocess -----------------------------------------------------------------
+
+
+def test_skeleton_on_the_bestfit_template_equals_in_process():
+    task = load_test_set("Weibull 5k")[2]
+    out = run_skeleton(BESTFIT, task)
+    expected = pack(task.input["items"], task.input["capacity"], best_fit)
+    assert out["assignment"] == expected.tolist()
+    assert out["bins_used"] == len(set(expected.tolist()))
+    assert not (BESTFIT / "__pycache__").exists()  # the checkout stays committable
+
+
+def test_skeleton_on_the_firstfit_template_is_first_fit():
+    task = load_test_set("OR1")[5]
+    out = run_skeleton(FIRSTFIT, task)
+    assert out["assignment"] == pack(task.input["items"], task.input["capacity"], first_fit).tolist()
+
+
+def test_funsearch_heuristic_in_the_skeleton_equals_in_process(tmp_path):
+    (tmp_path / "heuristic.py").write_text(FUNSEARCH_OR_SOURCE)
+    task = load_test_set("OR1")[7]
+    out = run_skeleton(tmp_path, task, payload={"task_id": task.task_id, "input": task.input})  # whole-task form
+    expected = pack(task.input["items"], task.input["capacity"], funsearch_or_heuristic)
+    assert out["assignment"] == expected.tolist()
+    score = bench().score(task, out, 0)
+    assert score.metrics["bins"] == len(set(expected.tolist())) and 0 < score.primary <= 1
+
+
+def test_skeleton_fails_loudly_when_the_heuristic_raises(tmp_path):
+    (tmp_path / "heuristic.py").write_text("def priority(item, bins):\n    raise RuntimeError('boom')\n")
+    task = load_test_set("OR1")[0]
+    stdin = json.dumps(task.input)
+    proc = subprocess.run([sys.executable, str(SKELETON)], cwd=tmp_path, input=stdin, capture_output=True, text=True)
+    assert proc.returncode != 0 and "boom" in proc.stderr and proc.stdout == ""
+
+
+# --- scoring ---------------------------------------------------------------------------------
+
+
+def test_score_is_l1_over_bins_and_rejects_invalid_packings():
+    b = pickle.loads(pickle.dumps(bench()))  # scoring runs on Ray workers
+    task = Task("x", {"capacity": 10, "items": [6, 5, 4, 5]}, {"dataset": "x", "l1": l1_bound([6, 5, 4, 5], 10)})
+    assert task.meta["l1"] == 2
+    assert b.score(task, {"assignment": [0, 1, 0, 1], "bins_used": 1}, 0).primary == 1.0  # bins_used ignored
+    assert b.score(task, {"assignment": [0, 1, 2, 3]}, 0).primary == 0.5
+    assert b.score(task, {"assignment": [0, 1, 2, 3]}, 0).metrics == {"bins": 4.0, "l1": 2.0}
+    for bad in (
+        {"assignment": [0, 0, 1, 1]},  # 11 > 10: over capacity
+        {"assignment": [0, 1, 0]},  # wrong length
+        {"assignment": [0, 1, 0, 1, 2]},
+        {"assignment": [0, 1, 0, 4]},  # no such bin
+        {"assignment": [0, 1, 0, -1]},
+        {"assignment": [0, 1, 0, 1.0]},
+        {"assignment": [0, 1, 0, True]},
+        {"assignment": [0, 1, 0, 2**70]},
+        {"assignment": "0101"},
+        {"bins_used": 2},
+        ["not", "a", "dict"],
+    ):
+        assert b.score(task, bad, 0).primary == 0.0, bad
+
+
+# --- splits ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "family, sizes, capacity, low, high",
+    [
+        ("or", {"train": (20, 120), "dev": (20, 250)}, 150, 20, 100),
+        ("weibull", {"train": (5, 5000), "dev": (5, 5000)}, 100, 1, 100),
+    ],
+)
+def test_generated_splits_follow_the_protocol_and_are_deterministic(family, sizes, capacity, low, high):
+    b = bench(train=family)
+    for split, (count, n) in sizes.items():
+        tasks = b.split(split)
+        assert tasks == bench(train=family).split(split)  # same instances on every call
+        assert len(tasks) == count and tasks[0].task_id == f"{split}-{family}/0"
+        for t in tasks:
+            items = t.input["items"]
+            assert len(items) == n and t.input["capacity"] == capacity
+            assert all(type(x) is int and low <= x <= high for x in items)
+            assert t.meta == {"dataset": f"{split}-{family}", "l1": math.ceil(sum(items) / capacity)}
+    train, dev = b.split("train"), b.split("dev")
+    assert {tuple(t.input["items"]) for t in train}.isdisjoint(tuple(t.input["items"]) for t in dev)
+    if family == "weibull":  # looks like the released test set (truncation: mean 39.75, std 14.68)
+        all_items = np.concatenate([t.input["items"] for t in train])
+        released = np.concatenate([t.input["items"] for t in load_test_set("Weibull 5k")])
+        assert abs(all_items.mean() - released.mean()) < 0.3 and abs(all_items.std() - released.std()) < 0.3
+    else:  # uniform on 20..100 reaches both ends
+        all_items = np.concatenate([t.input["items"] for t in train])
+        assert all_items.min() == 20 and all_items.max() == 100
+
+
+def test_test_split_params_and_limit():
+    tasks = bench(test=["OR4", "OR1"]).split("test")
+    assert [t.task_id for t in tasks[:1]] == ["OR4/u1000_00"] and tasks[-1].task_id == "OR1/u120_19"
+    assert tasks[0].meta == {"dataset": "OR4", "l1": l1_bound(tasks[0].input["items"], 150)}
+    assert [t.task_id for t in bench(limit=3).split("test")] == ["OR1/u120_00", "OR1/u120_01", "OR1/u120_02"]
+    assert len(bench(train="or", limit=7).split("dev")) == 7
+    with pytest.raises(ValidationError, match="OR1"):
+        BinPackParams(name="binpack", test=["OR5"])
+    with pytest.raises(ValidationError):
+        BinPackParams(name="binpack", test=["OR1", "OR1"])
+    with pytest.raises(ValidationError):
+        BinPackParams(name="binpack", train="uniform")
+    with pytest.raises(ValidationError):
+        BinPackParams(name="binpack", tests=["OR1"])
+
+
+# --- report ----------------------------------------------------------------------------------
+
+
+def rows_for(b: BinPack, tasks, priority, status="ok"):
+    rows = []
+    for t in tasks:
+        s = b.score(t, {"assignment": pack(t.input["items"], t.input["capacity"], priority).tolist()}, 0)
+        rows.append({"task_id": t.task_id, "trial": 0, "score": s.primary, "status": status, "split": "test"})
+    return rows
+
+
+def test_report_gives_the_papers_figures_and_flags_failures():
+    b = bench(test=["OR1"])
+    tasks = b.split("test")
+    table = rows_to_table(rows_for(b, tasks, best_fit))
+    assert round(100 * b.excess_by_dataset(table, "test")["OR1"], 2) == 5.81
+    (row,) = b.report(table, "test")
+    assert row["dataset"] == "OR1" and row["failed"] == 0 and row["tasks"] == 20
+    assert round(row["excess_pct"], 2) == 5.81 == round(row["best_fit_pct"], 2)
+    assert round(row["first_fit_pct"], 2) == 6.42 and row["funsearch_pct"] == 5.30
+
+    # One crashed instance: the dataset is failed, not averaged over the 19 that worked.
+    broken = rows_for(b, tasks[:19], best_fit) + rows_for(b, tasks[19:], best_fit, status="error")
+    table = rows_to_table(broken)
+    assert b.excess_by_dataset(table, "test")["OR1"] == math.inf
+    (row,) = b.report(table, "test")
+    assert row["excess_pct"] is None and row["failed"] == 1
+    # An invalid packing scores 0 with status ok: also failed.
+    zero = rows_for(b, tasks[:19], best_fit) + [dict(rows_for(b, tasks[19:], best_fit)[0], score=0.0)]
+    assert b.excess_by_dataset(rows_to_table(zero), "test")["OR1"] == math.inf
+
+
+def test_report_on_train_lists_excess_only():
+    b = bench(train="or")
+    tasks = b.split("train")[:4]
+    rows = b.report(rows_to_table(rows_for(b, tasks, first_fit)), "train")
+    assert [r["dataset"] for r in rows] == ["train-or"] and rows[0]["tasks"] == 4
+    assert rows[0]["excess_pct"] == pytest.approx(100 * heuristic_excess(tasks, first_fit)["train-or"])
+    assert "first_fit_pct" not in rows[0]
+
+
+# --- templates -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("template", [BESTFIT, FIRSTFIT])
+def test_templates_classify_every_file_and_mark_the_evolved_function(template):
+    comps = Components.load(template)
+    files = sorted(p.name for p in template.iterdir() if p.is_file() and p.name != "components.yaml")
+    assert files == ["README.md", "heuristic.py"]
+    assert [comps.label(f) for f in files] == ["docs", "heuristic"]
+    lines = (template / "heuristic.py").read_text().splitlines()
+    assert lines[lines.index("def priority(item: float, bins: np.ndarray) -> np.ndarray:") - 1] == "# rsi: evolve"
+
+
+@pytest.mark.slow
+def test_funsearch_weibull_heuristic_reproduces_its_published_figure():
+    def priority(item, bins):  # paper Fig. C.14 / notebook
+        max_bin_cap = max(bins)
+        score = (bins - max_bin_cap) ** 2 / item + bins**2 / (item**2)
+        score += bins**2 / item**3
+        score[bins > item] = -score[bins > item]
+        score[1:] -= score[:-1]
+        return score
+
+    excess = heuristic_excess(load_test_set("Weibull 5k"), priority)
+    assert round(100 * excess["Weibull 5k"], 2) == 0.68
