@@ -59,6 +59,10 @@ def baselines(tasks: list[Task]) -> dict[str, dict[str, float]]:
     return {"first_fit": heuristic_excess(tasks, first_fit), "best_fit": heuristic_excess(tasks, best_fit)}
 
 
+def _excess(agg: dict) -> float:
+    return math.inf if agg["failed"] else (agg["bins"] - agg["l1"]) / agg["l1"]
+
+
 class BinPack(Benchmark):
     name = "binpack"
     Params = BinPackParams
@@ -108,24 +112,20 @@ class BinPack(Benchmark):
     def excess_by_dataset(self, table, split: str) -> dict[str, float]:
         """The paper's per-dataset figure, (sum bins - sum L1) / sum L1, over the rollouts in
         ``table``; ``inf`` for a dataset where any rollout failed (never a flattering number)."""
-        return {
-            ds: math.inf if agg["failed"] else (agg["bins"] - agg["l1"]) / agg["l1"]
-            for ds, agg in self._tally(table, split).items()
-        }
+        return {ds: _excess(agg) for ds, agg in self._tally(table, split).items()}
 
     def report(self, table, split: str) -> list[dict]:
         """One row per dataset, percent excess bins (lower is better). On test, first fit and
         best fit are packed in-process on the same instances as the table's rollouts; the
         FunSearch column is the published figure over the whole set."""
         tally = self._tally(table, split)
-        excess = self.excess_by_dataset(table, split)
         published = published_baselines()["FunSearch"]
         tasks = {t.task_id: t for t in self._split(split)}
         rows = []
         for ds, agg in tally.items():
             row = {
                 "dataset": ds,
-                "excess_pct": None if agg["failed"] else 100 * excess[ds],
+                "excess_pct": None if agg["failed"] else 100 * _excess(agg),
                 "tasks": len(agg["task_ids"]),
                 "rollouts": agg["rollouts"],
                 "failed": agg["failed"],
