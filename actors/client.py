@@ -10,7 +10,8 @@ from __future__ import annotations
 import pyarrow as pa
 import ray
 
-from actors.evaluator import Evaluator, Request
+from actors.evaluator import Evaluator
+from rsi.results import Request
 from rsi.progress import wait_with_progress
 from rsi.records import RunRecords
 from rsi.results import SCHEMA

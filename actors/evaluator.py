@@ -24,22 +24,13 @@ import ray
 from actors.rollout import RolloutSpec, run_batch
 from rsi.config import EvaluatorConfig
 from rsi.errors import ClusterError
-from rsi.results import SCHEMA, concat, empty_table, rows_to_table
+from rsi.results import Request, concat, empty_table, rows_to_table
 from rsi.snapshot import Snapshot
 
 
 def sample_seed(run_seed: int, salt: str, task_id: str, trial: int) -> int:
     digest = hashlib.sha256(f"{run_seed}|{salt}|{task_id}|{trial}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
-
-
-@dataclass
-class Request:
-    snapshot: Snapshot
-    split: str
-    task_ids: list[str] | None = None
-    trials: int = 1
-    salt: str = ""
 
 
 @dataclass

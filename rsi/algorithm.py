@@ -73,7 +73,7 @@ class Algorithm:
                 )
 
     @classmethod
-    def check_benchmark(cls, benchmark: Benchmark) -> None:
+    def check_benchmark(cls, benchmark: Benchmark, params: AlgorithmParams | None = None) -> None:
         for split in cls.requires_splits:
             if not benchmark.split(split):
                 raise ConfigError(f"benchmark {benchmark.name}: split {split!r} is empty, and this algorithm needs it")
@@ -119,6 +119,12 @@ class Algorithm:
     # ---- resume --------------------------------------------------------------------------------
     def get_state(self) -> dict:
         return {"step": self.step, "rng": _rng_state(self.rng)}
+
+    def load_state(self, state: dict) -> None:
+        """Resume from ``state/latest.json``; an algorithm without one restarts from its first
+        decision (every stored rollout is reused)."""
+        if "step" in state:
+            self.set_state(state)
 
     def set_state(self, state: dict) -> None:
         self.step = state["step"]

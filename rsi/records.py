@@ -57,6 +57,7 @@ class RunRecords:
         self.fs, self.root, self.uri = fs, root.rstrip("/"), uri
         self._lock = threading.Lock()
         self._local = isinstance(fs, pafs.LocalFileSystem)
+        self._trace_cache: dict[str, list[str]] = {}
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -132,6 +133,15 @@ class RunRecords:
                     break  # a line torn by a kill mid-write is the end of what was decided
         return out
 
+    def truncate_lines(self, rel: str, keep: int) -> None:
+        """Resume: drop lines past ``keep`` (the part of a step that was cut short is re-decided,
+        identically, from the saved state and the stored rollouts)."""
+        if not self.exists(rel):
+            return
+        lines = self.read_bytes(rel).decode().splitlines(keepends=True)
+        if len(lines) > keep or (lines and not lines[-1].endswith("\n")):
+            self.write_bytes(rel, "".join(lines[:keep]).encode())
+
     # ---- run files -----------------------------------------------------------------------
     def write_config(self, redacted: dict) -> None:
         self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=False).encode())
@@ -177,7 +187,11 @@ class RunRecords:
 
     def read_trace(self, trace_ref: str) -> dict:
         rel, _, idx = trace_ref.rpartition("#")
-        return json.loads(self.read_bytes(rel).decode().splitlines()[int(idx)])
+        if rel not in self._trace_cache:
+            if len(self._trace_cache) > 64:
+                self._trace_cache.clear()
+            self._trace_cache[rel] = self.read_bytes(rel).decode().splitlines()
+        return json.loads(self._trace_cache[rel][int(idx)])
 
     # ---- snapshots -----------------------------------------------------------------------
     def put_snapshot(self, snap: Snapshot) -> None:

@@ -6,7 +6,8 @@ is made (scores per task, reduced late).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Iterable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +34,19 @@ SCHEMA = pa.schema(
         ("trace_ref", pa.string()),
     ]
 )
+
+
+@dataclass
+class Request:
+    """One measurement: ``snapshot`` on ``task_ids`` of ``split`` (None = all), ``trials``
+    repetitions each. ``salt`` names the measurement so its sample seeds are fresh yet
+    reproducible (a resumed run asks with the same salt and reads the stored rows)."""
+
+    snapshot: Any
+    split: str
+    task_ids: list[str] | None = None
+    trials: int = 1
+    salt: str = ""
 
 
 def rows_to_table(rows: Sequence[dict]) -> pa.Table:

@@ -40,13 +40,12 @@ def prepare(resolved: Resolved) -> Prepared:
     if not target_dir.is_dir():
         raise ConfigError(f"target.path: directory {target_dir} does not exist")
     seed = Snapshot.from_dir(target_dir, secrets=resolved.secrets())
-    bench_cls = type(resolved.bench_params)  # noqa: F841  (kept for clarity of where Params came from)
     from rsi.registry import benchmark_class
 
     benchmark = benchmark_class(resolved.bench_params.name)(resolved.bench_params, base_dir=resolved.base_dir)
     for split in ("train", "dev", "test"):
         benchmark.split(split)  # duplicate ids, bad files: raise now
-    resolved.algo_cls.check_benchmark(benchmark)
+    resolved.algo_cls.check_benchmark(benchmark, resolved.algo_params)
     target = target_class(run.target.kind)(run.target, benchmark)
     target.check(seed)
     if resolved.worker_cfg is not None:
@@ -61,6 +60,9 @@ def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Ru
     run = prepared.config.run
     records = RunRecords.create(run.storage, run.name, run_dir)
     records.write_config(prepared.config.redacted())
+    records.write_json("run.json", {"base_dir": str(prepared.config.base_dir),
+                                    "seed_snapshot_id": prepared.seed.snapshot_id,
+                                    "config_path": str(Path(config_path).resolve())})
     records.put_snapshot(prepared.seed)
     return Run(prepared, records)
 
@@ -82,14 +84,22 @@ class Run:
         connect(cfg.run.ray)
         evaluator = EvaluatorClient.start(self.run_id, self.p.target, cfg.run.evaluator, cfg.run.seed,
                                           cfg.run.target.deterministic, self.records)
+        state = self.resume_state or {}
         workers = None
         if cfg.worker_cfg is not None:
             from actors.worker_pool import WorkerPool
 
-            workers = WorkerPool(cfg.worker_cfg, cfg.base_dir, cfg.run.seed)
+            workers = WorkerPool(cfg.worker_cfg, cfg.base_dir, cfg.run.seed, state.get("worker_states"))
         ctx = RunContext(cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers,
                          cfg.secrets(), self.run_id)
         algo = cfg.algo_cls(ctx, cfg.algo_params)
+        if self.resume_state is not None:
+            reused = evaluator.preload(self.records.rollouts())
+            self.records.truncate_lines("decisions.jsonl", state.get("decisions", 0))
+            self.records.truncate_lines("archive.jsonl", len(state.get("archive", [])))
+            if state:
+                algo.load_state(state)
+            log(f"resume: continuing after step {state.get('step', 0)}; {reused} stored rollouts reused")
         promoted = algo.run()
         self.records.put_snapshot(promoted)
         test = None

@@ -1,0 +1,370 @@
+"""DarwinX: preserve-and-extend search (specs/darwinx.md).
+
+A candidate joins the confirmed population only if, re-measured on the whole train pool, it
+gains without losing what its lineage already solved. A cheap screen on a random subset
+decides whether the full confirm is paid for; every measured candidate is archived (rejected
+specialists included) so recombination can merge complementary abilities.
+
+Mechanism port of the paper and the official Beagle code, not a reproduction of its
+experiments. Differences from full Beagle: Snapshot + records instead of Git worktrees,
+SQLite and a campaign supervisor (and unlike the seed, a killed run resumes); a fixed train
+pool, numeric gates and a lineage solved invariant; uniform exploration; pairs ranked by the
+size of the union of solved sets; one edit per step (no internal analyze/implement/review
+loop); two-branch merges only; no verifier/anti-cheat and no teacher model.
+
+Beyond the seed: parent and candidate measurements (and all ``parallel_candidates`` of a
+round) run concurrently on the cluster, decided in candidate order; each confirm also reports
+a paired uncertainty figure (sign test, bootstrap interval).
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from actors.worker_pool import REF_DIR, write_tree
+from algorithms.darwinx import _prompts
+from algorithms.darwinx.archive import Candidate, common_ancestor
+from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, solved_set
+from algorithms.darwinx.params import DarwinXParams
+from algorithms.slots import ExploreOrBestLineage, resolve_slot
+from rsi.algorithm import Algorithm
+from rsi.errors import ConfigError
+from rsi.records import dumps
+from rsi.results import Request, ScoreMatrix
+from rsi.snapshot import Snapshot
+
+
+@dataclass
+class Proposal:
+    step: int
+    kind: str  # mutation | recombination
+    parent: Candidate
+    donor: Candidate | None = None
+    candidate: Candidate | None = None
+
+
+class DarwinX(Algorithm):
+    Params = DarwinXParams
+    requires_splits = ("train",)
+    worker_kind = "agent"
+
+    @classmethod
+    def check_benchmark(cls, benchmark, params=None) -> None:
+        super().check_benchmark(benchmark, params)
+        n = len(benchmark.split("train"))
+        if params is not None and params.screen_size > n:
+            raise ConfigError(f"algorithm.screen_size ({params.screen_size}) is larger than the train split ({n} tasks)")
+
+    def __init__(self, ctx, params: DarwinXParams, policies: dict | None = None):
+        super().__init__(ctx, params)
+        self.p = params
+        self.rng = random.Random(params.seed)
+        policies = policies or {}
+        self.parent_selection = resolve_slot(
+            "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability))
+        self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))
+        self.acceptance = resolve_slot("acceptance", policies.get("acceptance"))
+        self.merge_pairing = resolve_slot("merge_pairing", policies.get("merge_pairing"))
+        self.promotion = resolve_slot("promotion", policies.get("promotion"))
+        self.train_ids = ctx.evaluator.split_ids("train")
+        self.archive: list[Candidate] = []
+        self.declined: list[dict] = []
+        self.tried_pairs: set[tuple[str, str]] = set()
+
+    # ---- the loop ------------------------------------------------------------------------
+    def run(self) -> Snapshot:
+        if not self.archive:
+            self.seed()
+        while self.step < self.p.max_steps:
+            n = min(self.p.parallel_candidates, self.p.max_steps - self.step)
+            proposals = self.propose(n)
+            self.measure(proposals)
+            self.step = proposals[-1].step
+            self.save_state()
+        return self.finish()
+
+    def seed(self) -> None:
+        snap = self.ctx.seed_snapshot
+        table = self.ctx.evaluator.evaluate(snap, "train", trials=self.p.confirm_samples, salt="seed", label="seed")
+        seed = Candidate(0, snap, 0, "seed", level="seed", admitted=True)
+        seed.means = self._means(table)
+        seed.solved = solved_set(seed.means, self.p.solved_threshold)
+        seed.invariant = set(seed.solved)
+        seed.trace_refs = self._trace_refs(table)
+        self.archive.append(seed)
+        self.ctx.records.archive_entry(seed.record())
+        self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {seed.train_mean:.4f}",
+                    level="confirm", means=seed.means, samples=self.p.confirm_samples, solved=sorted(seed.solved))
+        self.save_state()
+
+    def propose(self, n: int) -> list[Proposal]:
+        """Choose parents (or merge pairs) in order, then let the workers edit concurrently."""
+        proposals, jobs = [], []
+        for j in range(n):
+            step = self.step + 1 + j
+            pair = self._next_pair() if self.p.merge_every and step % self.p.merge_every == 0 else None
+            if pair:
+                main, donor = pair
+                ancestor = common_ancestor(main, donor, self._by_id())
+                prop = Proposal(step, "recombination", main, donor)
+                self.decide_at(step, "merge", None, main.snapshot_id, donor_id=donor.snapshot_id,
+                               reason=f"recombine with {donor.snapshot_id} (ancestor {ancestor.snapshot_id})",
+                               ancestor_id=ancestor.snapshot_id, union=len(main.solved | donor.solved))
+                refs = {"ancestor": ancestor.snapshot, "donor": donor.snapshot}
+                jobs.append((main.snapshot, self._recombine_prompt(main, donor, ancestor), refs))
+            else:
+                parent = self._select_parent()
+                prop = Proposal(step, "mutation", parent)
+                jobs.append((parent.snapshot, self._mutate_prompt(parent), None))
+            proposals.append(prop)
+        results = self.ctx.workers.edit_many(jobs)
+        known = {c.snapshot_id for c in self.archive}
+        for prop, (tree, reply, _usage, _state) in zip(proposals, results):
+            child = self._commit(prop, tree, reply, known)
+            if child is not None:
+                known.add(child.snapshot_id)
+                prop.candidate = Candidate(len(self.archive) + len([p for p in proposals if p.candidate]),
+                                           child, prop.step, prop.kind, parent_id=prop.parent.snapshot_id,
+                                           donor_id=prop.donor.snapshot_id if prop.donor else None, reply=reply)
+        return proposals
+
+    def measure(self, proposals: list[Proposal]) -> None:
+        """Screen every valid candidate, confirm the ones that pass; decide in candidate order."""
+        live = [p for p in proposals if p.candidate is not None]
+        subsets = {p.step: self.screen_sampling.sample(self.train_ids, self.p.screen_size, self.rng) for p in live}
+        screens = self._measure_all(live, "screen", lambda p: subsets[p.step], self.p.screen_samples)
+        passed = []
+        for p in live:
+            cand, primary, reference = screens[p.step]
+            ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
+            p.candidate.screen_means, p.candidate.level = cand, "screen"
+            self.decide_at(p.step, "screen", p.candidate.snapshot_id, p.parent.snapshot_id, accepted=ok,
+                           donor_id=p.candidate.donor_id, level="screen", tasks=subsets[p.step],
+                           samples=self.p.screen_samples, means=cand, parent_means=primary, reference_means=reference,
+                           gain=gain, regression_mass=regression,
+                           reason="screen passed" if ok else "no task improved or regression over screen tolerance")
+            if ok:
+                passed.append(p)
+            else:
+                p.candidate.gain, p.candidate.regression_mass = gain, regression
+                self._archive(p, improved=[t for t in cand if cand[t] > primary[t]], regressed=[])
+        confirms = self._measure_all(passed, "confirm", lambda p: None, self.p.confirm_samples)
+        for p in passed:
+            self._confirm(p, *confirms[p.step])
+
+    def finish(self) -> Snapshot:
+        members = [c.member() for c in self.archive]
+        best_id = self.promotion.choose(members).member_id
+        best = next(c for c in self.archive if c.snapshot_id == best_id)
+        return self.promote(best.snapshot, f"highest train mean {best.train_mean:.4f} among confirmed members",
+                            train_mean=best.train_mean, archive=[c.record() for c in self.archive],
+                            declined_edits=self.declined)
+
+    # ---- gates ---------------------------------------------------------------------------
+    def _confirm(self, p: Proposal, cand: dict, primary: dict, reference: dict, tables) -> None:
+        c = p.candidate
+        inherited = set(p.parent.invariant)
+        if p.donor is not None:
+            inherited |= p.donor.invariant | p.parent.solved | p.donor.solved
+        figures = gate_figures(cand, primary, reference, inherited, self.p.solved_threshold, self.p.regression_tolerance)
+        admitted = self.acceptance.accept(figures)
+        c.level, c.means, c.admitted = "confirm", cand, admitted
+        c.gain, c.regression_mass = figures.gain, figures.regression_mass
+        c.solved = solved_set(cand, self.p.solved_threshold)
+        c.invariant = inherited | c.solved
+        c.lineage_gain = p.parent.lineage_gain + figures.gain
+        c.trace_refs = self._trace_refs(tables[-1])
+        reason = ("admitted: gains and preserves the lineage" if admitted else
+                  "lost solved tasks" if figures.lost_invariant else
+                  "regression over tolerance" if figures.regression_mass > self.p.regression_tolerance + 1e-12 else
+                  "no gain")
+        self.decide_at(p.step, "confirm", c.snapshot_id, p.parent.snapshot_id, accepted=admitted,
+                       donor_id=c.donor_id, level="confirm", samples=self.p.confirm_samples, means=cand,
+                       parent_means=primary, reference_means=reference, gain=figures.gain,
+                       regression_mass=figures.regression_mass, lost_invariant=list(figures.lost_invariant),
+                       train_mean=c.train_mean, uncertainty=paired_uncertainty(cand, primary, seed=p.step),
+                       reason=reason)
+        self._archive(p, improved=[t for t in cand if cand[t] > primary[t] + 1e-12],
+                      regressed=[t for t in cand if cand[t] < reference[t] - 1e-12], lost=list(figures.lost_invariant))
+
+    def _measure_all(self, props: list[Proposal], level: str, tasks_of, samples: int) -> dict:
+        """One concurrent batch: parent (and donor) and candidate of every proposal."""
+        requests, layout = [], []
+        for p in props:
+            sides = [("parent", p.parent.snapshot)]
+            if p.donor is not None:
+                sides.append(("donor", p.donor.snapshot))
+            sides.append(("candidate", p.candidate.snapshot))
+            for role, snap in sides:
+                requests.append(Request(snap, "train", tasks_of(p), samples, f"s{p.step}/{level}/{role}"))
+            layout.append((p, [r for r, _ in sides]))
+        tables = self.ctx.evaluator.evaluate_many(requests, label=level) if requests else []
+        out, i = {}, 0
+        for p, roles in layout:
+            got = dict(zip(roles, tables[i:i + len(roles)]))
+            i += len(roles)
+            means = {r: self._means(t) for r, t in got.items()}
+            reference = means["parent"]
+            if "donor" in means:
+                reference = {t: max(means["parent"][t], means["donor"][t]) for t in reference}
+            out[p.step] = (means["candidate"], means["parent"], reference, [got[r] for r in roles])
+        return {k: (v[0], v[1], v[2], v[3]) if level == "confirm" else v[:3] for k, v in out.items()}
+
+    # ---- pieces --------------------------------------------------------------------------
+    def _select_parent(self) -> Candidate:
+        chosen = self.parent_selection.select([c.member() for c in self.archive], self.rng)
+        return next(c for c in self.archive if c.snapshot_id == chosen.member_id)
+
+    def _next_pair(self) -> tuple[Candidate, Candidate] | None:
+        by_id = self._by_id()
+        confirmed = [c for c in self.archive if c.level in ("confirm", "seed")]
+        for primary, donor in self.merge_pairing.pairs([c.entry() for c in confirmed]):
+            main, other = by_id[primary.entry_id], by_id[donor.entry_id]
+            if not main.admitted and other.admitted:
+                main, other = other, main
+            key = tuple(sorted((main.snapshot_id, other.snapshot_id)))
+            if main.admitted and key not in self.tried_pairs:
+                self.tried_pairs.add(key)
+                return main, other
+        return None
+
+    def _commit(self, prop: Proposal, tree: dict, reply: str, known: set[str]) -> Snapshot | None:
+        with tempfile.TemporaryDirectory(prefix="rsi-commit-") as tmp:
+            checkout = write_tree(tree, Path(tmp))
+            saved, self.step = self.step, prop.step
+            try:
+                child = self.commit(prop.parent.snapshot, checkout, ignore=(REF_DIR,), kind_of_edit=prop.kind,
+                                    donor_id=prop.donor.snapshot_id if prop.donor else None)
+            finally:
+                self.step = saved
+        if child is None:
+            self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id,
+                                  "reason": self._last_decline_reason(), "reply": reply[-2000:]})
+            return None
+        if child.snapshot_id in known:
+            self.decide_at(prop.step, "decline", child.snapshot_id, prop.parent.snapshot_id, accepted=False,
+                           reason="duplicate", detail="the edit reproduced a version already measured")
+            self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id, "reason": "duplicate"})
+            return None
+        return child
+
+    def _archive(self, p: Proposal, improved: list, regressed: list, lost: list | None = None) -> None:
+        c = p.candidate
+        prompt = _prompts.DISTIL.substitute(
+            reply=c.reply[-2000:] or "(none)", level=c.level, admitted=c.admitted, gain=_fmt(c.gain),
+            regression=_fmt(c.regression_mass), lost=lost or "none", improved=improved or "none",
+            regressed=regressed or "none")
+        c.learning, _usage = self.ctx.workers.ask(p.step, prompt)
+        self.archive.append(c)
+        c.index = len(self.archive) - 1
+        self.ctx.records.archive_entry(c.record())
+
+    def _means(self, table) -> dict[str, float]:
+        return ScoreMatrix.from_table(table).avg_at_k()
+
+    @staticmethod
+    def _trace_refs(table) -> dict[str, list[str]]:
+        refs: dict[str, list[str]] = {}
+        for t, r in zip(table["task_id"].to_pylist(), table["trace_ref"].to_pylist()):
+            if r:
+                refs.setdefault(t, []).append(r)
+        return refs
+
+    def _by_id(self) -> dict[str, Candidate]:
+        return {c.snapshot_id: c for c in self.archive}
+
+    def _last_decline_reason(self) -> str:
+        decisions = self.ctx.records.decisions()
+        return decisions[-1].get("reason", "") if decisions else ""
+
+    def decide_at(self, step: int, kind: str, snapshot_id, parent_id, accepted=None, reason="", **figures):
+        saved, self.step = self.step, step
+        try:
+            return self.decide(kind, snapshot_id, parent_id, accepted=accepted, reason=reason, **figures)
+        finally:
+            self.step = saved
+
+    # ---- prompts -------------------------------------------------------------------------
+    def _mutate_prompt(self, parent: Candidate) -> str:
+        budget = self.p.max_evidence_chars
+        comps = self.ctx.seed_snapshot.components
+        return _prompts.MUTATE.substitute(
+            parent_id=parent.snapshot_id, confirm_samples=self.p.confirm_samples,
+            regression_tolerance=self.p.regression_tolerance, solved_threshold=self.p.solved_threshold,
+            invariant=sorted(parent.invariant) or "none yet", scope=self.ctx.config.run.target.evolve_scope,
+            components=comps.table(), traces=self._traces_evidence(parent, budget),
+            archive=_newest_first([_archive_line(c) for c in self.archive], budget),
+            learnings=_newest_first([f"- [{c.snapshot_id}] {c.learning}" for c in self.archive if c.learning], budget))
+
+    def _recombine_prompt(self, main: Candidate, donor: Candidate, ancestor: Candidate) -> str:
+        return _prompts.RECOMBINE.substitute(
+            main_id=main.snapshot_id, ancestor_path=f"{REF_DIR}/ancestor", ancestor_id=ancestor.snapshot_id,
+            donor_path=f"{REF_DIR}/donor", donor_id=donor.snapshot_id,
+            donor_only=sorted(donor.solved - main.solved) or "none",
+            components=self.ctx.seed_snapshot.components.table(),
+            invariant=sorted(main.invariant | donor.invariant | main.solved | donor.solved) or "none")
+
+    def _traces_evidence(self, parent: Candidate, budget: int) -> str:
+        """Raw traces of the parent's measurement, failures first, within the budget."""
+        order = sorted(parent.means, key=lambda t: parent.means[t])
+        blocks = []
+        for t in order:
+            for ref in parent.trace_refs.get(t, [])[:1]:
+                try:
+                    trace = self.ctx.records.read_trace(ref)
+                except (OSError, ValueError, IndexError):
+                    continue
+                blocks.append(f"### {t} (avg score {parent.means[t]:.3f})\n{dumps(trace)[:4000]}")
+        return _newest_first(blocks, budget) if blocks else "(no traces recorded)"
+
+    # ---- resume --------------------------------------------------------------------------
+    def save_state(self) -> None:
+        state = {**self.get_state(), "darwinx_rng": _rng_dump(self.rng), "archive": [c.record() for c in self.archive],
+                 "declined": self.declined, "tried_pairs": sorted(self.tried_pairs),
+                 "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
+                 "decisions": len(self.ctx.records.decisions())}
+        self.ctx.records.write_json("state/latest.json", state)
+
+    def load_state(self, state: dict) -> None:
+        self.set_state(state)
+        self.rng.setstate(_rng_load(state["darwinx_rng"]))
+        self.archive = [Candidate.from_record(r, self.ctx.records.get_snapshot(r["snapshot_id"]))
+                        for r in state["archive"]]
+        self.declined = state["declined"]
+        self.tried_pairs = {tuple(p) for p in state["tried_pairs"]}
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.4f}"
+
+
+def _archive_line(c: Candidate) -> str:
+    return (f"- {c.snapshot_id} ({c.kind}, parent {c.parent_id or '-'}{', donor ' + c.donor_id if c.donor_id else ''}): "
+            f"level {c.level}, admitted {c.admitted}, train mean {c.train_mean:.4f}, gain {_fmt(c.gain)}, "
+            f"regression {_fmt(c.regression_mass)}; {c.reply.strip()[:300]}")
+
+
+def _newest_first(items: list[str], budget: int) -> str:
+    """Newest (last) first; whole entries until the budget, then a marked cut."""
+    out, used = [], 0
+    items = list(reversed(items))
+    for i, item in enumerate(items):
+        if used + len(item) > budget:
+            out.append(f"[... {len(items) - i} older entries cut to fit {budget} characters ...]")
+            break
+        out.append(item)
+        used += len(item) + 1
+    return "\n".join(out) or "(empty)"
+
+
+def _rng_dump(rng: random.Random) -> list:
+    v, internal, g = rng.getstate()
+    return [v, list(internal), g]
+
+
+def _rng_load(state: list):
+    v, internal, g = state
+    return (v, tuple(internal), g)

@@ -1,0 +1,32 @@
+"""DarwinX parameters (specs/darwinx.md): defaults, ranges and cross-field rules."""
+
+from __future__ import annotations
+
+from pydantic import Field, model_validator
+
+from rsi.algorithm import AlgorithmParams
+
+
+class DarwinXParams(AlgorithmParams):
+    max_steps: int = Field(10, ge=0, description="edit attempts; mutation, recombination and invalid edits each use one")
+    screen_size: int = Field(3, ge=1, description="random screen subset size; at most the train size")
+    screen_samples: int = Field(1, ge=1, description="repetitions per screen task")
+    confirm_samples: int = Field(3, ge=1, description="repetitions per confirm task; at least screen_samples")
+    screen_regression_tolerance: float = Field(1.0, ge=0, description="regression mass allowed at screen")
+    regression_tolerance: float = Field(0.0, ge=0, description="regression mass allowed at confirm")
+    solved_threshold: float = Field(1.0, gt=0, le=1, description="avg@k at which a task counts solved, in (0, 1]")
+    exploration_probability: float = Field(0.5, ge=0, le=1, description="probability of a uniform parent choice")
+    merge_every: int = Field(3, ge=0, description="recombination cadence in steps; 0 disables")
+    seed: int = Field(42, description="RNG for parent choice and screen subsets (not model sampling)")
+    max_evidence_chars: int = Field(24000, ge=500, description="per evidence block; newest kept")
+    parallel_candidates: int = Field(
+        1, ge=1, le=64, description="proposals per round, measured concurrently, decided in candidate order"
+    )
+
+    @model_validator(mode="after")
+    def _samples(self):
+        if self.confirm_samples < self.screen_samples:
+            raise ValueError(
+                f"confirm_samples ({self.confirm_samples}) must be >= screen_samples ({self.screen_samples})"
+            )
+        return self

@@ -1,0 +1,32 @@
+"""``rsi resume RUN_DIR``: continue a stopped or killed run from its records.
+
+The algorithm's state after its last completed step (``state/latest.json``: RNG states,
+archive, worker states, decision count) is restored, decision lines of the interrupted step
+are dropped and re-decided, and every stored rollout is preloaded into the evaluator's cache,
+so nothing that finished runs again and the decisions equal an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rsi.config import load_config
+from rsi.errors import ConfigError
+from rsi.progress import log
+from rsi.records import RunRecords
+from rsi.runner import Run, prepare
+
+
+def resume_run(run_dir: str) -> dict:
+    records = RunRecords.open(run_dir)
+    if records.exists("summary.json"):
+        log(f"{run_dir} has finished; nothing to resume")
+        return records.read_json("summary.json")
+    if not records.exists("run.json"):
+        raise ConfigError(f"{run_dir}: no run.json; this run directory cannot be resumed")
+    meta = records.read_json("run.json")
+    resolved = load_config(Path(meta["base_dir"]) / "config.yaml", raw=records.read_config())
+    prepared = prepare(resolved)
+    prepared.seed = records.get_snapshot(meta["seed_snapshot_id"])
+    state = records.read_json("state/latest.json") if records.exists("state/latest.json") else {}
+    return Run(prepared, records, resume_state=state).execute()
