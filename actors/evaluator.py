@@ -121,7 +121,7 @@ class Evaluator:
         if self.config.batch_size:
             return self.config.batch_size
         slots = self.cpus if self.config.num_cpus >= 1 else self.cpus * 4
-        return max(1, min(16, math.ceil(n / (slots * 2))))
+        return max(1, min(8, math.ceil(n / (slots * 4))))
 
     def _run(self, req: Request, todo: list[RolloutSpec], rid: int) -> tuple[pa.Table, list[dict]]:
         if not todo:

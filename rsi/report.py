@@ -7,7 +7,9 @@ from rich.table import Table
 from rsi.progress import console
 
 
-def _fmt(v) -> str:
+def _fmt(v, column: str = "") -> str:
+    if isinstance(v, float) and column.endswith("_pct"):
+        return f"{v:.2f}"
     if isinstance(v, float):
         return f"{v:.4f}" if abs(v) < 10 else f"{v:.2f}"
     return "-" if v is None else str(v)
@@ -17,9 +19,9 @@ def rows_table(rows: list[dict], title: str = "") -> Table:
     cols = list(dict.fromkeys(k for r in rows for k in r))
     t = Table(title=title or None)
     for c in cols:
-        t.add_column(c)
+        t.add_column(c, no_wrap=True)
     for r in rows:
-        t.add_row(*[_fmt(r.get(c)) for c in cols])
+        t.add_row(*[_fmt(r.get(c), c) for c in cols])
     return t
 
 
