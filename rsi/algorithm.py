@@ -36,6 +36,7 @@ class RunContext:
     workers: Any = None  # actors.worker_pool.WorkerPool or None
     secrets: list[str] = field(default_factory=list)
     run_id: str = ""
+    archive: Any = None  # actors.archive.ArchiveClient
 
 
 class Algorithm:

@@ -90,13 +90,16 @@ class Run:
             from actors.worker_pool import WorkerPool
 
             workers = WorkerPool(cfg.worker_cfg, cfg.base_dir, cfg.run.seed, state.get("worker_states"))
+        from actors.archive import ArchiveClient
+
+        archive = ArchiveClient(self.records.uri, self.run_id)
         ctx = RunContext(cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers,
-                         cfg.secrets(), self.run_id)
+                         cfg.secrets(), self.run_id, archive)
         algo = cfg.algo_cls(ctx, cfg.algo_params)
         if self.resume_state is not None:
             reused = evaluator.preload(self.records.rollouts())
             self.records.truncate_lines("decisions.jsonl", state.get("decisions", 0))
-            self.records.truncate_lines("archive.jsonl", len(state.get("archive", [])))
+            archive.truncate(len(state.get("archive", [])))
             if state:
                 algo.load_state(state)
             log(f"resume: continuing after step {state.get('step', 0)}; {reused} stored rollouts reused")

@@ -95,7 +95,7 @@ class DarwinX(Algorithm):
         seed.invariant = set(seed.solved)
         seed.trace_refs = self._trace_refs(table)
         self.archive.append(seed)
-        self.ctx.records.archive_entry(seed.record())
+        self.ctx.archive.append(seed.record())
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {seed.train_mean:.4f}",
                     level="confirm", means=seed.means, samples=self.p.confirm_samples, solved=sorted(seed.solved))
         self.save_state()
@@ -260,7 +260,7 @@ class DarwinX(Algorithm):
         c.learning, _usage = self.ctx.workers.ask(p.step, prompt)
         self.archive.append(c)
         c.index = len(self.archive) - 1
-        self.ctx.records.archive_entry(c.record())
+        self.ctx.archive.append(c.record())
 
     def _means(self, table) -> dict[str, float]:
         return ScoreMatrix.from_table(table).avg_at_k()
