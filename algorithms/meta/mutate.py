@@ -1,0 +1,99 @@
+"""Offline proposals: the project's mutator applied to one source text, and the symbolic
+mutator of the narrow face. No model is involved.
+
+``mutate_source`` runs the real ``MutatorWorker`` (perturb a constant, swap an operator or a
+math function, insert a term built from the function's own names, drop a term) on a one-file
+checkout, seeded per call, so an inner search that mutates programs stays a pure function of
+its seed. ``symbolic_proposals`` adds the narrow face's own move (swap one of
+``rank, visits, total, prior, depth, n_nodes`` for another) and sends every output through
+``validate_proposal``: what fails is counted, never repaired.
+"""
+
+from __future__ import annotations
+
+import ast
+import random
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from algorithms.meta.gate import FACE_ARGS
+from algorithms.meta.values import priority_selection, validate_proposal
+from rsi.workers.mutator import MutatorWorker
+
+MARKER = "# rsi: evolve"
+
+
+def mutate_source(source: str, seed: int, max_ops: int = 3, scale: float = 10.0) -> str:
+    """One mutator edit of the functions marked ``# rsi: evolve`` in ``source``.
+
+    Returns ``source`` unchanged when the mutator found no valid change.
+    """
+    config = MutatorWorker.Config(type="mutator", max_ops=max_ops, constant_scale=scale)
+    worker = MutatorWorker(config, seed=seed)
+    with tempfile.TemporaryDirectory(prefix="rsi-mutate-") as tmp:
+        path = Path(tmp) / "program.py"
+        path.write_text(source)
+        worker.edit(Path(tmp), "")
+        return path.read_text()
+
+
+def _marked(source: str) -> str:
+    """The priority function marked for the mutator (the face's text carries no marker)."""
+    lines = source.splitlines()
+    return "\n".join(MARKER + "\n" + line if line.startswith("def priority(") else line for line in lines) + "\n"
+
+
+def _unmarked(source: str) -> str:
+    return "\n".join(line for line in source.splitlines() if line.strip() != MARKER) + "\n"
+
+
+def _swap_name(source: str, rng: random.Random) -> str | None:
+    """Replace one use of a face argument by another face argument."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    uses = [n for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id in FACE_ARGS]
+    if not uses:
+        return None
+    node = uses[rng.randrange(len(uses))]
+    node.id = rng.choice([a for a in FACE_ARGS if a != node.id])
+    return ast.unparse(tree) + "\n"
+
+
+def mutate_priority(source: str, rng: random.Random, swap_probability: float = 0.25) -> str:
+    """One symbolic edit of a narrow-face rule."""
+    if rng.random() < swap_probability:
+        swapped = _swap_name(source, rng)
+        if swapped is not None:
+            return swapped
+    edited = mutate_source(_marked(source), seed=rng.getrandbits(63), max_ops=2, scale=1.0)
+    return _unmarked(edited)
+
+
+@dataclass
+class Proposals:
+    valid: list = field(default_factory=list)
+    invalid_proposals: int = 0
+    reasons: list = field(default_factory=list)
+
+
+def symbolic_proposals(source: str, rng: random.Random, n: int, kind: Any = None) -> Proposals:
+    """``n`` mutations of ``source``; each passes the slot's gate or is counted invalid.
+
+    An unchanged or repeated output is counted invalid too: it would be no new candidate.
+    """
+    kind = kind or priority_selection()
+    out, seen = Proposals(), {source}
+    for _ in range(n):
+        candidate = mutate_priority(source, rng)
+        ok, reason = (False, "unchanged or repeated") if candidate in seen else validate_proposal(kind, candidate)
+        seen.add(candidate)
+        if ok:
+            out.valid.append(candidate)
+        else:
+            out.invalid_proposals += 1
+            out.reasons.append(reason)
+    return out

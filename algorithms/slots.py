@@ -1,0 +1,227 @@
+"""Decision slots: the engine's decisions as injectable objects, the paper's rule by default.
+
+Each slot is a runtime-checkable Protocol, so an evolved policy (``algorithms.meta``) is checked
+structurally after it is built, and ``None`` always means today's behaviour. The value types the
+policies see are small frozen dataclasses, so DarwinX builds them from its own records in one
+line and a policy written as source text can import them (they are on the gate's whitelist).
+
+| slot | call | default (the paper's rule) |
+| --- | --- | --- |
+| node_selection | ``select(tree) -> node`` | flat PUCT, ``c_puct=1`` (``algorithms.meta.tree``) |
+| parent_selection | ``select(members, rng) -> member`` | explore with probability p, else best lineage gain |
+| screen_sampling | ``sample(task_ids, k, rng) -> list`` | ``k`` distinct tasks uniformly at random |
+| acceptance | ``accept(figures) -> bool`` | preserve-and-extend gate |
+| merge_pairing | ``pairs(entries) -> [(primary, donor)]`` | complementary pairs by union of solved sets |
+| promotion | ``choose(members) -> member`` | highest train mean among confirmed members |
+
+``rng`` is always a ``random.Random`` owned by the caller (seeded from the run's seed), so a
+policy never holds hidden global randomness and a resumed run draws the same sequence.
+"""
+
+from __future__ import annotations
+
+import importlib
+import random
+from dataclasses import dataclass
+from typing import Any, Protocol, Sequence, runtime_checkable
+
+from rsi.errors import ConfigError
+
+#: Float comparisons of gate figures use this tolerance (specs/darwinx.md).
+TOLERANCE = 1e-12
+
+
+@dataclass(frozen=True)
+class Member:
+    """A population member as parent selection and promotion see it."""
+
+    member_id: str
+    train_mean: float = 0.0
+    #: Cumulative gain along the lineage (sum of confirmed gains from the seed to this member).
+    lineage_gain: float = 0.0
+    confirmed: bool = True
+    #: False for members the algorithm has retired from parenthood (e.g. exhausted).
+    selectable: bool = True
+
+
+@dataclass(frozen=True)
+class Entry:
+    """An archive entry measured at the confirm level (admitted or not), for merge pairing."""
+
+    entry_id: str
+    solved: frozenset = frozenset()
+    train_mean: float = 0.0
+
+
+@dataclass(frozen=True)
+class GateFigures:
+    """What the confirm gate decides on; ``lost_invariant`` names inherited solved tasks that fell."""
+
+    gain: float
+    regression_mass: float
+    regression_tolerance: float = 0.0
+    lost_invariant: tuple = ()
+
+
+# ---- the Protocols ---------------------------------------------------------------------------
+@runtime_checkable
+class NodeSelection(Protocol):
+    def select(self, tree: Any) -> Any: ...
+
+
+@runtime_checkable
+class ParentSelection(Protocol):
+    def select(self, members: Sequence[Member], rng: random.Random) -> Member: ...
+
+
+@runtime_checkable
+class ScreenSampling(Protocol):
+    def sample(self, task_ids: Sequence[str], k: int, rng: random.Random) -> list: ...
+
+
+@runtime_checkable
+class Acceptance(Protocol):
+    def accept(self, figures: GateFigures) -> bool: ...
+
+
+@runtime_checkable
+class MergePairing(Protocol):
+    def pairs(self, entries: Sequence[Entry]) -> list: ...
+
+
+@runtime_checkable
+class Promotion(Protocol):
+    def choose(self, members: Sequence[Member]) -> Member: ...
+
+
+# ---- the paper's rules -----------------------------------------------------------------------
+def eligible(members: Sequence[Member]) -> list[Member]:
+    """Members that may become parents: confirmed and not retired."""
+    return [m for m in members if m.confirmed and m.selectable]
+
+
+def _first_max(items: Sequence, key) -> Any:
+    """The earliest item with the largest key: every tie in these rules goes to the earlier one."""
+    best = items[0]
+    for item in items[1:]:
+        if key(item) > key(best):
+            best = item
+    return best
+
+
+@dataclass(frozen=True)
+class ExploreOrBestLineage:
+    """DarwinX parent choice: uniform exploration, otherwise exploit the best lineage."""
+
+    exploration_probability: float = 0.5
+
+    def select(self, members: Sequence[Member], rng: random.Random) -> Member:
+        pool = eligible(members)
+        if not pool:
+            raise ValueError("parent selection needs at least one confirmed, selectable member")
+        if rng.random() < self.exploration_probability:
+            return pool[rng.randrange(len(pool))]
+        return _first_max(pool, key=lambda m: m.lineage_gain)
+
+
+@dataclass(frozen=True)
+class UniformScreen:
+    """A random screen subset: no task is favoured, so the screen is an unbiased sample."""
+
+    def sample(self, task_ids: Sequence[str], k: int, rng: random.Random) -> list:
+        if not 0 < k <= len(task_ids):
+            raise ValueError(f"screen size {k} must be in 1..{len(task_ids)}")
+        return rng.sample(list(task_ids), k)
+
+
+@dataclass(frozen=True)
+class PreserveAndExtend:
+    """Gain on the pool, no regression beyond tolerance, no inherited solved task lost."""
+
+    def accept(self, figures: GateFigures) -> bool:
+        return (
+            figures.gain > TOLERANCE
+            and figures.regression_mass <= figures.regression_tolerance + TOLERANCE
+            and not figures.lost_invariant
+        )
+
+
+@dataclass(frozen=True)
+class UnionPairing:
+    """Complementary pairs (each solves a task the other does not), largest union first.
+
+    Each unordered pair appears once; ties keep the order of ``entries``. In a pair the primary
+    is the entry with the higher train mean (ties: the earlier), since a merge is measured
+    against the primary and should extend the stronger version.
+    """
+
+    def pairs(self, entries: Sequence[Entry]) -> list:
+        found = []
+        for i, a in enumerate(entries):
+            for b in entries[i + 1 :]:
+                if a.solved - b.solved and b.solved - a.solved:
+                    primary, donor = (b, a) if b.train_mean > a.train_mean else (a, b)
+                    found.append((len(a.solved | b.solved), primary, donor))
+        found.sort(key=lambda t: -t[0])  # stable: ties stay in entry order
+        return [(p, d) for _, p, d in found]
+
+
+@dataclass(frozen=True)
+class HighestTrainMean:
+    """Promote the confirmed member with the highest train mean (ties: the earlier)."""
+
+    def choose(self, members: Sequence[Member]) -> Member:
+        pool = [m for m in members if m.confirmed]
+        if not pool:
+            raise ValueError("promotion needs at least one confirmed member")
+        return _first_max(pool, key=lambda m: m.train_mean)
+
+
+# ---- registry --------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Slot:
+    name: str
+    protocol: type
+    default: str  # "module:attr", imported on first use
+
+    def make_default(self) -> Any:
+        module, _, attr = self.default.partition(":")
+        return getattr(importlib.import_module(module), attr)()
+
+
+SLOTS = {
+    s.name: s
+    for s in (
+        Slot("node_selection", NodeSelection, "algorithms.meta.tree:FlatPuct"),
+        Slot("parent_selection", ParentSelection, "algorithms.slots:ExploreOrBestLineage"),
+        Slot("screen_sampling", ScreenSampling, "algorithms.slots:UniformScreen"),
+        Slot("acceptance", Acceptance, "algorithms.slots:PreserveAndExtend"),
+        Slot("merge_pairing", MergePairing, "algorithms.slots:UnionPairing"),
+        Slot("promotion", Promotion, "algorithms.slots:HighestTrainMean"),
+    )
+}
+
+#: Parts of the machine, not decisions: evolving them would let a candidate change how it is
+#: measured or recorded (the "training code" of the analogy), so they are never slots.
+MACHINE_SLOTS = ("executor", "records", "evaluator")
+
+
+def slot(name: str) -> Slot:
+    """The slot named ``name``; a name the engine cannot honour raises instead of being ignored."""
+    if name in MACHINE_SLOTS:
+        raise ConfigError(f"{name!r} is machine-level and not evolvable; decision slots: {', '.join(SLOTS)}")
+    if name not in SLOTS:
+        raise ConfigError(f"unknown decision slot {name!r}; valid: {', '.join(SLOTS)}")
+    return SLOTS[name]
+
+
+def resolve_slot(name: str, value: Any = None) -> Any:
+    """The policy object for ``name``: ``value`` itself after a structural check, or the default."""
+    spec = slot(name)
+    if value is None:
+        return spec.make_default()
+    if not isinstance(value, spec.protocol):
+        raise ConfigError(
+            f"value for slot {name!r} ({type(value).__name__}) does not implement {spec.protocol.__name__}"
+        )
+    return value
