@@ -20,7 +20,6 @@ from typing import Any
 
 from algorithms.meta.gate import FACE_ARGS
 from algorithms.meta.values import priority_selection, validate_proposal
-from rsi.workers.mutator import MutatorWorker
 
 MARKER = "# rsi: evolve"
 
@@ -30,6 +29,8 @@ def mutate_source(source: str, seed: int, max_ops: int = 3, scale: float = 10.0)
 
     Returns ``source`` unchanged when the mutator found no valid change.
     """
+    from rsi.workers.mutator import MutatorWorker  # imported on use: the rest of meta does not need it
+
     config = MutatorWorker.Config(type="mutator", max_ops=max_ops, constant_scale=scale)
     worker = MutatorWorker(config, seed=seed)
     with tempfile.TemporaryDirectory(prefix="rsi-mutate-") as tmp:
