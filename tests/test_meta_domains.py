@@ -5,7 +5,6 @@ import math
 import random
 import sys
 
-import numpy as np
 import pytest
 
 from algorithms.meta.binpack import SEED_PROGRAM, BinpackDomain, _build, quality

@@ -107,7 +107,8 @@ def compile_policy(policy: Any) -> Any:
 
 def run_inner(policy: Any, domain: Any, instance_id: int, seed: int, budget: int) -> MetaOutcome:
     """Run one inner search. ``policy``: a NodeSelection or priority source text; ``domain``: a
-    Domain or its registered name. Deterministic in all five arguments."""
+    Domain or its registered name. Deterministic in all five arguments (a policy object that
+    keeps state between calls carries it from run to run; source text is built afresh)."""
     if budget < 1:
         raise ConfigError(f"inner budget must be >= 1, got {budget}")
     selection = compile_policy(policy)

@@ -47,7 +47,7 @@ class PolicyError(RsiError):
 @dataclass(eq=False)
 class Node:
     index: int
-    parent: "Node | None"
+    parent: "Node | None" = field(repr=False)
     #: What ranking uses (train score); ``-inf`` for a failed expansion.
     value: float
     #: What the curve reports (held-out score); ``value`` when the domain has no held-out split.
@@ -57,8 +57,8 @@ class Node:
     depth: int = 0
     visits: int = 0
     key: int = 0
-    payload: Any = None
-    children: list = field(default_factory=list)
+    payload: Any = field(default=None, repr=False)
+    children: list = field(default_factory=list, repr=False)
     #: Best value in this node's subtree, back-propagated on every expansion.
     best: float = -math.inf
 
@@ -200,7 +200,7 @@ class PrioritySelection:
     def _score(self, *args: float) -> float:
         try:
             value = float(self.priority(*args))
-        except (ArithmeticError, ValueError, TypeError):
+        except Exception:  # rule code: the fault is counted and reported, the search goes on
             self.faults += 1
             return -math.inf
         if not math.isfinite(value):
