@@ -12,7 +12,8 @@ from typing import Callable
 
 from rich.console import Console
 
-console = Console(stderr=False, highlight=False, soft_wrap=True)
+# Logs (CI, `ray job logs`) are read in wide viewers: don't squeeze tables to 80 columns there.
+console = Console(stderr=False, highlight=False, soft_wrap=True, width=None if sys.stdout.isatty() else 160)
 
 
 def log(msg: str) -> None:
