@@ -1,0 +1,826 @@
+"""Run one rollout of a ``program`` target so that nothing the candidate does can crash or stall
+its caller (a Ray worker evaluating many rollouts), reach the caller's secrets, or disturb the
+rollouts running beside it.
+
+Protocol. ``argv`` (usually ``[sys.executable, entry_script]``) runs with the checkout as cwd; the
+task arrives as one JSON document on stdin; the program answers with one JSON object on stdout.
+If the whole of stdout is not one JSON value, its last non-empty line is tried instead:
+candidates print debug lines, and a result printed last is still a result. A stdout that is a
+JSON value but not an object is a protocol error either way.
+
+Statuses: ``ok`` (exit 0, an object holding every required key); ``protocol_error`` (exit 0 with
+anything else on stdout, or stdout over ``stdout_max_bytes``); ``timeout`` (the wall clock, or
+RLIMIT_CPU); ``error`` (a non-zero exit or a signal: a MemoryError under RLIMIT_AS, a file over
+RLIMIT_FSIZE, a crash). Only our own misuse raises (``RsiError``): a missing cwd, an interpreter
+that does not exist, a machine where privileges cannot be dropped.
+
+Containment:
+
+* Environment: an allowlist (PATH, LANG, LANGUAGE, LC_*, TZ, PYTHONHASHSEED) plus thread caps
+  for the numeric libraries (one thread each, so numpy neither fills the process budget nor the
+  address-space limit), then the variables the config names in ``env_passthrough``, then
+  ``env``. HOME and TMPDIR point at a fresh directory removed after the rollout. Nothing else of
+  the caller's environment (model keys, tokens, RAY_*) reaches the candidate. A venv interpreter
+  finds its site-packages from its own path, so neither VIRTUAL_ENV nor PYTHONPATH is passed.
+* Process tree: a new session; its process group is SIGKILLed at the deadline and again right
+  after the main process exits, so background orphans end with the rollout.
+* rlimits: CPU (``cpu_s``; SIGXCPU counts as a timeout), AS, FSIZE, NPROC and CORE=0, entered
+  together with the uid below by util-linux ``prlimit`` and ``setpriv`` exec'd in front of the
+  program (a vfork spawn, whose cost does not grow with the caller's memory as a fork's does), or
+  by a preexec function where those tools are missing. stdout and stderr are read incrementally from one selector together with a
+  pidfd for the exit (no thread and no polling interval per rollout); stdout is stored up to its
+  cap, then the rollout is killed; of stderr only the tail is kept.
+
+Fork loops when the caller is root (the usual case in containers and on these machines). Linux
+exempts uid 0 from RLIMIT_NPROC outright (fork skips the check for the root user, whatever its
+capabilities), so the limit alone bounds nothing. A root caller therefore runs each rollout
+under a uid of its own: one of ``_SLOTS`` uids from ``_SLOT_BASE`` (or the top of the mapped
+range inside a user namespace), held through an flock on a slot file that every process on the
+machine shares, and left to rest after use while init reaps the zombies of its killed processes.
+With a uid per rollout, RLIMIT_NPROC = ``max_procs + 1`` is a per-rollout budget, so concurrent
+rollouts neither share nor starve it (a shared uid such as ``nobody`` would make 8 concurrent
+rollouts split one budget, and let a hostile one exhaust it for the others). It also gives a
+cleanup by identity: after the rollout every process of that uid is killed, those that left the
+process group with setsid included. The processes are found by a scan of /proc, not by a helper
+that becomes the uid and calls kill(-1): forking a large Ray worker costs time in proportion to
+its memory. The scan reads the owner of /proc/PID, which is root for a process that made itself
+non-dumpable, so one that both leaves the group and turns non-dumpable (ssh-agent does) is the
+one escapee this misses.
+
+The candidate keeps no capability except CAP_DAC_READ_SEARCH (as an ambient capability, when the
+caller has it), because interpreters often live under a directory only root may enter (a pyenv
+in /root): it may read and traverse files, but not write what it does not own, signal other
+users' processes or read their /proc environ. no_new_privs stops setuid binaries from regaining
+privilege. The checkout stays owned by the caller and gets go+rX, so the candidate can read but
+not change it (write to $TMPDIR or $HOME); its HOME is owned by its uid.
+
+A non-root caller cannot change uid: RLIMIT_NPROC counts every task of the user, so it is set to
+the user's current task count plus ``max_procs``; concurrent rollouts share that headroom, and a
+process that escapes the process group with setsid can outlive the rollout.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import fcntl
+import functools
+import json
+import math
+import os
+import random
+import resource
+import selectors
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from rsi.errors import ConfigError, RsiError
+
+STATUSES = ("ok", "error", "timeout", "protocol_error")
+
+_TAIL_BYTES = 4096  # what a trace keeps of stdout/stderr
+_READ_BYTES = 1 << 16
+_EXIT_GRACE_S = 1.0  # after the main process exits, how long pipes held by escapees may stay open
+_POLL_S = 0.01  # exit polling where pidfd is missing (non-Linux, old kernels)
+_SWEEP_S = 10.0  # a sweep that has not converged by then is a bug of ours, not a candidate's
+
+_SLOT_BASE = 1_600_000_000  # far above any account a system creates
+_SLOTS = 4096
+_SLOT_REST_S = 30.0
+_MIN_SANDBOX_UID = 1000  # a sweep never targets root or a system account
+_SLOT_DIRS = ("/run/lock", "/tmp")  # fixed, not $TMPDIR: every caller on a machine must agree
+
+_ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED")
+_ENV_FIXED = {
+    "PYTHONDONTWRITEBYTECODE": "1",  # a read-only checkout, and no __pycache__ to commit
+    "OMP_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "MALLOC_ARENA_MAX": "2",  # each glibc arena reserves 64 MB of address space under RLIMIT_AS
+}
+
+# Linux ABI constants (linux/prctl.h, linux/capability.h)
+_PR_SET_KEEPCAPS = 8
+_PR_SET_NO_NEW_PRIVS = 38
+_PR_CAP_AMBIENT = 47
+_PR_CAP_AMBIENT_RAISE = 2
+_CAP_DAC_READ_SEARCH = 2
+_CAP_SETGID = 6
+_CAP_SETUID = 7
+_CAPABILITY_VERSION_3 = 0x20080522
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one rollout may use. Config maps onto these fields one to one."""
+
+    timeout_s: float = 60.0  # wall clock
+    cpu_s: int | None = None  # RLIMIT_CPU; None -> ceil(timeout_s) + 1
+    memory_mb: int = 2048  # RLIMIT_AS
+    max_procs: int = 64  # processes and threads the rollout may create
+    file_size_mb: int = 64  # RLIMIT_FSIZE
+    stdout_max_bytes: int = 8 * 1024 * 1024  # beyond: truncated, protocol_error
+
+    def __post_init__(self):
+        for name in ("timeout_s", "memory_mb", "max_procs", "file_size_mb", "stdout_max_bytes"):
+            if not getattr(self, name) > 0:
+                raise ConfigError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
+        if self.cpu_s is not None and self.cpu_s <= 0:
+            raise ConfigError(f"sandbox limit cpu_s must be positive, got {self.cpu_s!r}")
+
+    @property
+    def cpu_limit_s(self) -> int:
+        return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
+
+
+@dataclass
+class Outcome:
+    status: str  # "ok" | "error" | "timeout" | "protocol_error"
+    output: dict | None  # the parsed JSON object when status == "ok"
+    returncode: int | None  # negative: killed by that signal
+    duration_s: float
+    stdout_tail: str  # last few KB, for traces
+    stderr_tail: str
+    reason: str  # one line: why it is not ok ("" when ok)
+
+
+def scrubbed_env(passthrough: Iterable[str] = (), extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The candidate's whole environment: the allowlist, the variables named in ``passthrough``
+    (taken from ours, skipped when unset), then ``extra``."""
+    env = {k: v for k, v in os.environ.items() if k in _ENV_ALLOW or k.startswith("LC_")}
+    env.setdefault("PATH", os.defpath)
+    env.update(_ENV_FIXED)
+    for name in passthrough:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env.update(extra or {})
+    return env
+
+
+def run_program(
+    argv: Sequence[str],
+    cwd: Path,
+    stdin_obj: Any,
+    limits: Limits = Limits(),
+    env_passthrough: Iterable[str] = (),
+    env: Mapping[str, str] | None = None,
+    required_keys: Iterable[str] = (),
+) -> Outcome:
+    """Run one rollout to its end; every candidate behaviour comes back as an Outcome."""
+    argv = [os.fspath(a) for a in argv]
+    cwd = Path(cwd)
+    if not argv:
+        raise RsiError("run_program needs a command")
+    if not cwd.is_dir():
+        raise RsiError(f"checkout {cwd} does not exist")
+    try:
+        payload = (json.dumps(stdin_obj) + "\n").encode()
+    except (TypeError, ValueError) as exc:
+        raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
+
+    slot = _Slot.acquire() if os.geteuid() == 0 else None
+    home = tempfile.mkdtemp(prefix="rsi-rollout-")
+    try:
+        if slot is not None:
+            os.chown(home, slot.uid, slot.uid)
+            _open_to_others(cwd)
+        private = {"HOME": home, "TMPDIR": home, "TEMP": home, "TMP": home}
+        sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
+        proc = _start(argv, cwd, sandbox_env, limits, slot)
+        if isinstance(proc, Outcome):
+            return proc
+        run = _Pump(proc, payload, limits, functools.partial(_kill_all, proc.pid, slot)).run()
+    finally:
+        if slot is not None:
+            slot.release()
+        _remove_tree(home)
+    status, output, reason = _verdict(run, limits, required_keys)
+    return Outcome(
+        status=status,
+        output=output,
+        returncode=run.returncode,
+        duration_s=run.duration_s,
+        stdout_tail=_tail(run.stdout),
+        stderr_tail=_tail(run.stderr),
+        reason=reason,
+    )
+
+
+# ---- starting the child ------------------------------------------------------------------
+
+
+def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot: "_Slot | None"):
+    """The running child, or an ``error`` Outcome when the candidate's own executable cannot start.
+
+    The jail (uid, capability, rlimits, no_new_privs) is entered through util-linux ``prlimit``
+    and ``setpriv`` exec'd in front of the program wherever they work: the spawn then needs no
+    preexec_fn and is a vfork, ~1 ms whatever the caller's size, where forking a 150 MB Ray worker
+    costs ~30 ms. Elsewhere (macOS, images without util-linux) a preexec_fn enters the same jail.
+    """
+    exe = _resolve(argv[0], cwd, env.get("PATH", os.defpath))
+    if exe is None:
+        return _cannot_start(argv[0], cwd, "not found or not executable")
+    argv = [exe, *argv[1:]]
+    rlimits = _rlimits(limits, slot)
+    uid = slot.uid if slot is not None else None
+    keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
+    tools = _util_linux(uid is not None, keep_cap)
+    if tools is not None:
+        cmd, preexec = _jail_argv(tools, argv, rlimits, uid, keep_cap), None
+    else:
+        cmd, preexec = argv, _jail(rlimits, uid, keep_cap)
+    try:
+        return subprocess.Popen(
+            cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            start_new_session=True, preexec_fn=preexec, close_fds=True, bufsize=0,
+        )
+    except subprocess.SubprocessError as exc:  # raised by preexec: rlimits or the uid change
+        raise RsiError(f"could not enter the sandbox ({exc}); root needs CAP_SETUID and CAP_SETGID") from exc
+    except OSError as exc:
+        if tools is not None:
+            raise RsiError(f"cannot start {cmd[0]}: {exc}") from exc
+        return _cannot_start(argv[0], cwd, exc.strerror)
+
+
+def _resolve(name: str, cwd: Path, path: str) -> str | None:
+    """What exec will run for ``name``: a path relative to cwd when it has a slash, else the
+    first match on the child's PATH."""
+    if "/" in name:
+        return str(cwd / name) if _executable(cwd / name) else None
+    return next((str(Path(d, name)) for d in path.split(os.pathsep) if d and _executable(Path(d, name))), None)
+
+
+def _executable(path: Path) -> bool:
+    # effective ids: plain access() drops every capability of a non-root caller, so inside a
+    # rollout (its own uid plus CAP_DAC_READ_SEARCH) it would deny what exec allows
+    effective = os.access in os.supports_effective_ids
+    return path.is_file() and os.access(path, os.X_OK, effective_ids=effective)
+
+
+def _cannot_start(name: str, cwd: Path, why: str) -> Outcome:
+    """The candidate's own executable failing to start is its error; any other is ours."""
+    if "/" in name and (cwd / name).resolve().is_relative_to(cwd.resolve()):
+        return Outcome("error", None, None, 0.0, "", "", f"cannot start {name}: {why}")
+    raise RsiError(f"cannot start {name}: {why}")
+
+
+_PRLIMIT_NAMES = {
+    resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CORE: "core",
+}
+
+
+def _jail_argv(tools: tuple[str, str], argv: list[str], rlimits, uid: int | None, keep_cap: bool) -> list[str]:
+    prlimit, setpriv = tools
+
+    def value(v: int) -> str:
+        return "unlimited" if v == resource.RLIM_INFINITY else str(v)
+
+    cmd = [prlimit, *(f"--{_PRLIMIT_NAMES[res]}={value(s)}:{value(h)}" for res, (s, h) in rlimits), "--", setpriv]
+    if uid is not None:
+        cmd += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        if keep_cap:
+            cmd += ["--inh-caps=-all,+dac_read_search", "--ambient-caps=-all,+dac_read_search"]
+    return [*cmd, "--no-new-privs", "--", *argv]
+
+
+@functools.lru_cache(maxsize=None)
+def _util_linux(become_uid: bool, keep_cap: bool) -> tuple[str, str] | None:
+    """prlimit and setpriv, if this machine has both and they run the whole jail: tried once
+    with the very flags a rollout uses, so a setpriv too old or too restricted falls back to
+    preexec instead of failing every rollout as if the candidate had."""
+    search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
+    tools = shutil.which("prlimit", path=search), shutil.which("setpriv", path=search)
+    if None in tools:
+        return None
+    probe_uid = _slot_base() - 1 if become_uid else None  # just below the slots: no rollout's uid
+    current = [(res, resource.getrlimit(res)) for res in _PRLIMIT_NAMES]
+    cmd = _jail_argv(tools, [tools[1], "--dump"], current, probe_uid, keep_cap)
+    try:
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, env={"PATH": os.defpath}, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return tools if done.returncode == 0 else None
+
+
+def _jail(rlimits, uid: int | None, keep_cap: bool) -> Callable[[], None]:
+    """The same jail as a preexec function. It runs in the forked child between fork and exec,
+    so it only calls functions resolved in the parent and allocates next to nothing."""
+    libc = _libc()
+    caps = _capset_args(_CAP_DAC_READ_SEARCH) if keep_cap else None
+
+    def preexec():
+        if uid is not None:
+            _become(uid, caps, libc)
+        # last: the child is still a copy of the caller, whose address space may exceed RLIMIT_AS
+        for res, pair in rlimits:
+            resource.setrlimit(res, pair)
+        if libc is not None:
+            _ok(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))
+
+    return preexec
+
+
+def _rlimits(limits: Limits, slot: "_Slot | None") -> list[tuple[int, tuple[int, int]]]:
+    mb = 1024 * 1024
+    cpu = limits.cpu_limit_s
+    if slot is not None:
+        nproc = limits.max_procs + 1  # the uid is the rollout's own: count starts at its main process
+    elif os.path.isdir("/proc/self/task"):
+        nproc = _user_tasks(os.getuid()) + limits.max_procs + 1
+    else:
+        nproc = None
+    pairs = [
+        (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL a second later
+        (resource.RLIMIT_FSIZE, (limits.file_size_mb * mb,) * 2),
+        (resource.RLIMIT_CORE, (0, 0)),
+    ]
+    if nproc is not None:
+        pairs.append((resource.RLIMIT_NPROC, (nproc, nproc)))
+    pairs.append((resource.RLIMIT_AS, (limits.memory_mb * mb,) * 2))  # last: see _jail
+    # the child sets them after giving up privilege, so it can only lower the caller's limits
+    return [(res, _clamp(pair, resource.getrlimit(res)[1])) for res, pair in pairs]
+
+
+def _clamp(pair: tuple[int, int], hard: int) -> tuple[int, int]:
+    if hard == resource.RLIM_INFINITY:
+        return pair
+    return (min(pair[0], hard), min(pair[1], hard))
+
+
+def _user_tasks(uid: int) -> int:
+    """Tasks (threads included: RLIMIT_NPROC counts them) the user runs now."""
+    count = 0
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    count += len(os.listdir(f"/proc/{name}/task"))
+            except OSError:  # exited while we looked
+                pass
+    return count
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def _capset_args(cap: int):
+    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    data[cap // 32].effective = data[cap // 32].permitted = data[cap // 32].inheritable = 1 << (cap % 32)
+    return header, data, cap
+
+
+def _become(uid: int, caps, libc) -> None:
+    """In the child: become ``uid`` (its own group, no supplementary groups), keeping at most
+    the one capability in ``caps`` as an ambient capability so it survives exec."""
+    if caps is not None:
+        _ok(libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0))
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    if caps is not None:
+        header, data, cap = caps
+        _ok(libc.capset(ctypes.byref(header), data))
+        _ok(libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap, 0, 0))
+
+
+def _ok(rc: int) -> None:
+    if rc != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
+@functools.lru_cache(maxsize=1)
+def _libc():
+    """prctl and capset, resolved in the parent so the forked child only calls them."""
+    if not sys.platform.startswith("linux"):
+        return None
+    libc = ctypes.CDLL(None, use_errno=True)
+    return _Libc(libc.prctl, libc.capset)
+
+
+@dataclass(frozen=True)
+class _Libc:
+    prctl: Any
+    capset: Any
+
+
+@functools.lru_cache(maxsize=None)
+def _has_cap(cap: int) -> bool:
+    try:
+        with open("/proc/self/status") as f:
+            eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
+    except (OSError, StopIteration):
+        return False
+    return bool(eff >> cap & 1)
+
+
+def _open_to_others(root: Path) -> None:
+    """go+rX on the checkout, so a rollout under its own uid can read it without any capability
+    (mkdtemp makes the top directory 0700). Symlinks are left alone: chmod would follow them."""
+    for dirpath, _, filenames in os.walk(root):
+        _add_mode(dirpath, 0o055)
+        for name in filenames:
+            path = os.path.join(dirpath, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode):
+                _add_mode(path, 0o055 if st.st_mode & stat.S_IXUSR else 0o044, st.st_mode)
+
+
+def _add_mode(path: str, bits: int, mode: int | None = None) -> None:
+    mode = os.stat(path).st_mode if mode is None else mode
+    if mode & bits != bits:
+        os.chmod(path, stat.S_IMODE(mode) | bits)
+
+
+# ---- slots: one uid per concurrent rollout on the machine --------------------------------
+
+
+class _Slot:
+    """A uid of the slot range, held through an flock on its slot file for the rollout's life.
+
+    A slot file is non-empty while a rollout may have processes under its uid; an acquirer that
+    finds it so (its holder died mid-rollout) clears the uid first."""
+
+    def __init__(self, uid: int, fd: int):
+        self.uid = uid
+        self.fd = fd
+        self.clean = False
+
+    @classmethod
+    def acquire(cls) -> "_Slot":
+        if not sys.platform.startswith("linux"):
+            raise RsiError("running rollouts as root is supported on Linux only; run as a normal user")
+        if not (_has_cap(_CAP_SETUID) and _has_cap(_CAP_SETGID)):
+            raise RsiError("running as root without CAP_SETUID/CAP_SETGID: rollouts cannot be given their own uid")
+        base, directory = _slot_base(), _slot_dir()
+        start = random.randrange(_SLOTS)
+        for rested_only in (True, False):
+            for i in range(_SLOTS):
+                n = (start + i) % _SLOTS
+                fd = _lock_slot_file(os.path.join(directory, f"{n:04d}"), rested_only)
+                if fd is not None:
+                    slot = cls(base + n, fd)
+                    if os.fstat(fd).st_size:
+                        slot.sweep()
+                    os.pwrite(fd, b"1", 0)
+                    slot.clean = False
+                    return slot
+        raise RsiError(f"all {_SLOTS} sandbox slots are busy")
+
+    def sweep(self) -> None:
+        _kill_uid(self.uid)
+        self.clean = True
+
+    def release(self) -> None:
+        if self.clean:
+            os.ftruncate(self.fd, 0)
+        os.close(self.fd)
+
+
+def _lock_slot_file(path: str, rested_only: bool) -> int | None:
+    """The locked slot file, or None when another rollout holds it or (with ``rested_only``)
+    it was released less than ``_SLOT_REST_S`` ago: the zombies of a rollout's killed
+    processes count against RLIMIT_NPROC until init reaps them."""
+    try:
+        fd, fresh = os.open(path, os.O_RDWR | os.O_CLOEXEC), False
+    except FileNotFoundError:
+        fd, fresh = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if fresh or not rested_only or time.time() - os.fstat(fd).st_mtime >= _SLOT_REST_S:
+            return fd
+    except BlockingIOError:
+        pass
+    os.close(fd)
+    return None
+
+
+def _kill_uid(uid: int) -> None:
+    """SIGKILL every process of ``uid`` (the rollout's own), including those that left its
+    process group with setsid. A process that has been sent SIGKILL can no longer fork, so
+    passes over /proc end as soon as one finds nobody new; each kill goes through a pidfd
+    after re-checking the process, so a pid reused meanwhile is never hit."""
+    if uid < _MIN_SANDBOX_UID:  # the same sweep on uid 0 would end the machine
+        raise RsiError(f"refusing to sweep uid {uid}")
+    signalled: set[tuple[int, bytes]] = set()
+    deadline = time.monotonic() + _SWEEP_S
+    while time.monotonic() < deadline:
+        fresh = [p for p in _live_processes(uid) if p not in signalled]
+        if not fresh:
+            return
+        for pid, started in fresh:
+            _kill_exactly(pid, started, uid)
+            signalled.add((pid, started))
+    raise RsiError(f"processes of sandbox uid {uid} kept appearing for {_SWEEP_S} s")
+
+
+def _live_processes(uid: int) -> list[tuple[int, bytes]]:
+    """(pid, start time) of the processes of ``uid`` that are not yet zombies."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            identity = _identity(int(name), uid)
+            if identity is not None:
+                found.append((int(name), identity))
+    return found
+
+
+def _identity(pid: int, uid: int) -> bytes | None:
+    """The start time of ``pid`` if it is a live process of ``uid``, else None."""
+    try:
+        if os.stat(f"/proc/{pid}").st_uid != uid:
+            return None
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):  # gone meanwhile
+        return None
+    state, started = fields[0], fields[19]  # fields 3 and 22 of proc(5)
+    return None if state in (b"Z", b"X") else started
+
+
+def _kill_exactly(pid: int, started: bytes, uid: int) -> None:
+    fd = _pidfd(pid)
+    try:
+        if _identity(pid, uid) != started:  # exited, or the pid now names another process
+            return
+        if fd is not None:
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+        else:  # kernels before 5.3: a pid reused within these microseconds is the residual risk
+            os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    finally:
+        if fd is not None:
+            os.close(fd)
+
+
+@functools.lru_cache(maxsize=1)
+def _slot_base() -> int:
+    """``_SLOT_BASE`` if the user namespace maps it, else the top of the mapped range."""
+    uids, gids = _id_map("/proc/self/uid_map"), _id_map("/proc/self/gid_map")
+
+    def fits(base: int) -> bool:
+        return all(any(lo <= base and base + _SLOTS <= hi for lo, hi in ranges) for ranges in (uids, gids))
+
+    if fits(_SLOT_BASE):
+        return _SLOT_BASE
+    # stay below the overflow ids (65534/65535) that end a 64 Ki-id namespace
+    candidates = [hi - _SLOTS - 2 for _, hi in uids if hi - _SLOTS - 2 >= _MIN_SANDBOX_UID]
+    for base in sorted(candidates, reverse=True):
+        if fits(base):
+            return base
+    raise RsiError("the user namespace maps too few uids to give rollouts their own; run as a normal user")
+
+
+def _id_map(path: str) -> list[tuple[int, int]]:
+    try:
+        with open(path) as f:
+            return [(int(inner), int(inner) + int(count)) for inner, _, count in (line.split() for line in f)]
+    except OSError:  # no user namespaces: every id exists
+        return [(0, 2**32 - 1)]
+
+
+@functools.lru_cache(maxsize=1)
+def _slot_dir() -> str:
+    for parent in _SLOT_DIRS:
+        path = os.path.join(parent, "rsi-sandbox-slots")
+        try:
+            os.makedirs(path, mode=0o700, exist_ok=True)
+            return path
+        except OSError:
+            continue
+    raise RsiError(f"no writable directory for sandbox slot files among {_SLOT_DIRS}")
+
+
+def _kill_all(pid: int, slot: "_Slot | None") -> None:
+    try:
+        os.killpg(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    if slot is not None:
+        slot.sweep()
+
+
+# ---- running: one selector for stdin, stdout, stderr and the exit -------------------------
+
+
+@dataclass
+class _Run:
+    stdout: bytearray = field(default_factory=bytearray)
+    stderr: bytearray = field(default_factory=bytearray)
+    overflow: bool = False
+    timed_out: bool = False
+    returncode: int | None = None
+    cpu_s: float = 0.0
+    duration_s: float = 0.0
+
+
+class _Pump:
+    """Feeds stdin, drains stdout/stderr and waits for the exit on one selector, so a rollout
+    costs no extra thread and its end is seen the moment it happens."""
+
+    def __init__(self, proc: subprocess.Popen, payload: bytes, limits: Limits, kill_all: Callable[[], None]):
+        self.proc, self.payload, self.limits, self.kill_all = proc, payload, limits, kill_all
+        self.run_ = _Run()
+        self.started = time.monotonic()
+        self.deadline = self.started + limits.timeout_s
+        self.exited_at: float | None = None
+        self.reaped: tuple[int, Any] | None = None
+        self.sel = selectors.DefaultSelector()
+        self.open: set[int] = {proc.stdout.fileno(), proc.stderr.fileno()}
+        for fd in self.open:
+            self.sel.register(fd, selectors.EVENT_READ)
+        self.stdin_fd = proc.stdin.fileno()
+        os.set_blocking(self.stdin_fd, False)
+        self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
+        self.sent = 0
+        self.pidfd = _pidfd(proc.pid)
+        if self.pidfd is not None:
+            self.sel.register(self.pidfd, selectors.EVENT_READ)
+
+    def run(self) -> _Run:
+        try:
+            self._loop()
+        finally:
+            if self.exited_at is None:  # timeout, overflow, or our own exception: end it all
+                self.kill_all()
+                self._reap()
+            self._close()
+        return self.run_
+
+    def _loop(self) -> None:
+        while self.open or self.exited_at is None:
+            end = self.deadline if self.exited_at is None else min(self.deadline, self.exited_at + _EXIT_GRACE_S)
+            left = end - time.monotonic()
+            if left <= 0:
+                self.run_.timed_out = self.exited_at is None
+                return
+            for key, _ in self.sel.select(left if self.pidfd is not None else min(left, _POLL_S)):
+                if key.fd == self.pidfd:
+                    self._on_exit()
+                elif key.fd == self.stdin_fd:
+                    self._feed()
+                elif not self._drain(key.fd):
+                    return
+            if self.pidfd is None and self.exited_at is None and self._exited():
+                self._on_exit()
+
+    def _on_exit(self) -> None:
+        # the main process is a zombie until reaped, so its pid cannot be reused under killpg
+        self.kill_all()
+        self._reap()
+        if self.pidfd is not None:
+            self.sel.unregister(self.pidfd)
+
+    def _exited(self) -> bool:
+        """Without a pidfd: peek at the exit, leaving the zombie in place where waitid allows."""
+        if hasattr(os, "waitid"):
+            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)  # macOS before 3.13: reap now
+        if pid:
+            self.reaped = (status, usage)
+        return bool(pid)
+
+    def _reap(self) -> None:
+        status, usage = self.reaped or os.wait4(self.proc.pid, 0)[1:]
+        self.run_.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.run_.cpu_s = usage.ru_utime + usage.ru_stime
+        self.run_.duration_s = time.monotonic() - self.started
+        self.exited_at = time.monotonic()
+
+    def _feed(self) -> None:
+        try:
+            self.sent += os.write(self.stdin_fd, self.payload[self.sent : self.sent + _READ_BYTES])
+        except BlockingIOError:
+            return
+        except OSError:  # the candidate closed stdin or exited: what it did not read is its loss
+            self.sent = len(self.payload)
+        if self.sent >= len(self.payload):
+            self.sel.unregister(self.stdin_fd)
+            self.proc.stdin.close()
+            self.stdin_fd = -1
+
+    def _drain(self, fd: int) -> bool:
+        """False once stdout is over its cap (the rollout is then killed)."""
+        data = os.read(fd, _READ_BYTES)
+        if not data:
+            self.sel.unregister(fd)
+            self.open.discard(fd)
+            return True
+        if fd == self.proc.stderr.fileno():
+            err = self.run_.stderr
+            err += data
+            if len(err) > 2 * _TAIL_BYTES:
+                del err[: -_TAIL_BYTES]
+            return True
+        out, cap = self.run_.stdout, self.limits.stdout_max_bytes
+        out += data[: cap - len(out) + 1]
+        if len(out) > cap:
+            del out[cap:]
+            self.run_.overflow = True
+            return False
+        return True
+
+    def _close(self) -> None:
+        self.sel.close()
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+            stream.close()
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
+        return None
+
+
+# ---- verdict -----------------------------------------------------------------------------
+
+
+def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str]) -> tuple[str, dict | None, str]:
+    if run.overflow:
+        return "protocol_error", None, f"stdout exceeded {limits.stdout_max_bytes} bytes"
+    if run.timed_out:
+        return "timeout", None, f"wall-clock limit of {limits.timeout_s:g} s reached"
+    code = run.returncode
+    if code == -signal.SIGXCPU or (code == -signal.SIGKILL and run.cpu_s >= limits.cpu_limit_s):
+        return "timeout", None, f"CPU limit of {limits.cpu_limit_s} s reached"
+    if code != 0:
+        what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
+        last = _last_line(run.stderr)
+        return "error", None, f"{what}: {last}" if last else what
+    return _parse(bytes(run.stdout), required_keys)
+
+
+def _parse(stdout: bytes, required_keys: Iterable[str]) -> tuple[str, dict | None, str]:
+    text = stdout.decode("utf-8", errors="replace").strip()
+    if not text:
+        return "protocol_error", None, "no output on stdout"
+    try:
+        obj = json.loads(text)
+    except ValueError:
+        last = text.rsplit("\n", 1)[-1].strip()
+        try:
+            obj = json.loads(last)
+        except ValueError:
+            return "protocol_error", None, f"stdout is not a JSON object (last line: {_clip(last)})"
+    if not isinstance(obj, dict):
+        return "protocol_error", None, f"stdout is a JSON {type(obj).__name__}, not an object"
+    missing = [k for k in required_keys if k not in obj]
+    if missing:
+        return "protocol_error", None, f"output lacks required keys {missing}"
+    return "ok", obj, ""
+
+
+def _signal_name(num: int) -> str:
+    try:
+        return signal.Signals(num).name
+    except ValueError:
+        return f"signal {num}"
+
+
+def _last_line(data: bytearray) -> str:
+    lines = bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace").strip().splitlines()
+    return _clip(lines[-1].strip()) if lines else ""
+
+
+def _clip(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _tail(data: bytearray) -> str:
+    return bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace")
+
+
+def _remove_tree(path: str) -> None:
+    """Remove a rollout's HOME even where the candidate took its own permissions away."""
+
+    def retry(func, target, _exc):
+        try:
+            os.chmod(os.path.dirname(target), 0o700)
+            if os.path.isdir(target) and not os.path.islink(target):
+                os.chmod(target, 0o700)
+            func(target)
+        except OSError:
+            pass
+
+    shutil.rmtree(path, onerror=retry)
