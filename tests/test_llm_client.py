@@ -165,10 +165,10 @@ def test_anthropic_translation_round_trip(key_env):
         assert_key_not_recorded(srv)
 
 
-def test_cache_replays_identical_requests_and_prices_cost(tmp_path):
+def test_cache_replays_identical_requests_and_prices_cost(tmp_path, key_env):
     prices = {"scripted-model": {"input_per_mtok": 2.0, "output_per_mtok": 8.0}}
-    with ScriptedServer([{"text": "once", "tokens_in": 1000, "tokens_out": 500}]) as srv:
-        cfg = openai_cfg(srv, cache_dir=str(tmp_path / "cache"), prices=prices)
+    with ScriptedServer([{"text": "once", "tokens_in": 1000, "tokens_out": 500}], api_key=KEY) as srv:
+        cfg = openai_cfg(srv, key_env, cache_dir=str(tmp_path / "cache"), prices=prices)
         first = make_client(cfg)
         assert first.chat(USER).text == "once"
         assert first.usage.cost_usd == pytest.approx((1000 * 2.0 + 500 * 8.0) / 1e6)
@@ -176,6 +176,8 @@ def test_cache_replays_identical_requests_and_prices_cost(tmp_path):
         again = second.chat(USER)
         assert again.text == "once" and again.cached and second.cache_hits == 1 and second.usage.calls == 0
         assert len(srv.requests) == 1
+    cached = [p for p in (tmp_path / "cache").rglob("*") if p.is_file()]
+    assert len(cached) == 1 and KEY not in cached[0].read_text()
 
 
 def test_miniagent_env_passes_the_key_by_name_only(key_env):
