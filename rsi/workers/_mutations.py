@@ -9,13 +9,12 @@ penalties and decay lengths land in a range where they change decisions.
 from __future__ import annotations
 
 import ast
-import copy
 import math
 from dataclasses import dataclass
 
 import numpy as np
 
-from rsi.workers._pyedit import ModuleNames
+from rsi.workers._pyedit import ModuleNames, clone
 
 ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -25,8 +24,17 @@ UNARY = {
     "numpy": ("exp", "log1p", "sqrt", "abs", "square", "tanh", "arctan", "cbrt"),
     "math": ("exp", "log1p", "sqrt", "fabs", "tanh", "atan"),
 }
+# Builtins whose arguments are counts and indices, not quantities to perturb.
+INDEX_CALLS = {"range", "len", "slice", "enumerate", "zip", "int", "round"}
 NEEDS_ABS = {"log1p", "sqrt", "log"}
 ABS = {"numpy": "abs", "math": "fabs"}
+# insert_term's shapes: relative frequency of each form, where its value goes (the whole return
+# or assignment value, else any subexpression), what it is built on, and how often a condition
+# is a band that spares exact zeros (exact fits, exact matches).
+FORMS = {"add": 1.0, "scale": 0.5, "step": 1.0, "where": 1.5}
+ROOT_SHARE = 0.6
+ATOM_SHARE = {"existing": 0.4, "difference": 0.4}  # the rest: a single name
+BAND_SHARE = 0.3
 OPERATORS = ("perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")
 
 
@@ -51,7 +59,7 @@ class Site:
 
 def _body_start(fn: ast.FunctionDef) -> int:
     first = fn.body[0]
-    is_doc = isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+    is_doc = isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str)
     return 1 if is_doc and len(fn.body) > 1 else 0
 
 
@@ -66,7 +74,8 @@ def _collect(node: ast.AST, k: int, free: bool, out: list[Site]) -> None:
     for name, value in ast.iter_fields(node):
         if isinstance(node, ast.Call) and name == "func" or isinstance(node, ast.Attribute):
             continue
-        child_free = free and not (isinstance(node, ast.Subscript) and name == "slice") and not isinstance(node, ast.keyword)
+        child_free = free and not (isinstance(node, ast.Subscript) and name == "slice"
+                                   or isinstance(node, ast.keyword) or _is_index_call(node))
         items = value if isinstance(value, list) else [value]
         for i, child in enumerate(items):
             if not isinstance(child, ast.AST) or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
@@ -77,6 +86,10 @@ def _collect(node: ast.AST, k: int, free: bool, out: list[Site]) -> None:
                 index = i if isinstance(value, list) else None
                 out.append(Site(child, node, name, index, k, child_free, root))
             _collect(child, k, child_free, out)
+
+
+def _is_index_call(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in INDEX_CALLS
 
 
 def _number(node: ast.AST) -> float | None:
@@ -216,7 +229,7 @@ class Mutations:
                 options.append((s, node.operand))
             elif isinstance(node, ast.Call) and len(node.args) == 3 and getattr(node.func, "attr", "") == "where":
                 options += [(s, node.args[1]), (s, node.args[2])]
-            elif id(node) in unary:
+            elif id(node) in unary and node.func.attr not in ABS.values():  # keep domain guards
                 options.append((s, node.args[0]))
         # Prefer keeping a part that still depends on something over collapsing to a literal.
         options = [o for o in options if _number(o[1]) is None] or options
@@ -228,41 +241,51 @@ class Mutations:
 
     # ---- insert_term: new structure from the function's own names ------------------------
     def insert_term(self, fn, found: list[Site]) -> bool:
-        targets = [s for s in found if s.free and isinstance(s.node, (ast.Name, ast.BinOp, ast.UnaryOp,
-                                                                        ast.Call, ast.Subscript, ast.Constant))
-                   and not (isinstance(s.node, ast.Name) and s.node.id in (self.names.numpy, self.names.math))]
+        targets = [s for s in found if s.free and (_number(s.node) is not None or isinstance(
+                       s.node, (ast.Name, ast.BinOp, ast.UnaryOp, ast.Call, ast.Subscript)))]
         if not targets:
             return False
         roots = [s for s in targets if s.root]
-        site = self._pick(roots if roots and self.rng.random() < 0.6 else targets)
+        site = self._pick(roots if roots and self.rng.random() < ROOT_SHARE else targets)
         atom = self._atom(fn, found, site)
         if atom is None:
             return False
-        forms = [self._add_term, self._scale_term, self._step_term]
-        if self.names.numpy:
-            forms.append(self._where_term)
-        site.replace(self._pick(forms)(site.node, atom))
+        forms = {name: w for name, w in FORMS.items() if self.names.numpy or name != "where"}
+        names, weights = list(forms), np.array(list(forms.values()))
+        form = names[int(self.rng.choice(len(names), p=weights / weights.sum()))]
+        site.replace(getattr(self, f"_{form}_term")(site.node, atom))
         return True
 
     def _atom(self, fn, found: list[Site], site: Site) -> ast.expr | None:
-        """A quantity to build on: a name in scope, a difference of two, or an existing
-        subexpression of the body (copied, so the tree never contains itself)."""
+        """A quantity to build on: an existing subexpression of the body (copied, so the tree
+        never contains itself), a difference of two names in scope, or one name."""
         names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
         for stmt in fn.body[: site.stmt]:
             names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
         names = list(dict.fromkeys(names))
-        existing = [s.node for s in found if s.free and isinstance(s.node, (ast.BinOp, ast.Call, ast.UnaryOp))
-                    and _number(s.node) is None]
         u = self.rng.random()
-        if existing and (u < 0.35 or not names):
-            return copy.deepcopy(self._pick(existing))
-        if len(names) >= 2 and u < 0.7:
+        atom = self._existing(found) if u < ATOM_SHARE["existing"] or not names else None
+        if atom is not None:
+            if isinstance(atom, ast.UnaryOp) and isinstance(atom.op, ast.USub):
+                atom = atom.operand  # thresholds are mostly positive; compare the quantity itself
+            return clone(atom)
+        if len(names) >= 2 and u < ATOM_SHARE["existing"] + ATOM_SHARE["difference"]:
             a, b = self.rng.choice(len(names), size=2, replace=False)
             return _binop(ast.Name(names[a], ast.Load()), ast.Sub(), ast.Name(names[b], ast.Load()))
         return ast.Name(self._pick(names), ast.Load()) if names else None
 
+    def _existing(self, found: list[Site]) -> ast.expr | None:
+        """A random compound subexpression relating at least two names (the quantities that
+        matter are usually relations between arguments, like a gap between two sizes)."""
+        for k in self.rng.permutation(len(found)):
+            node = found[k].node
+            if found[k].free and isinstance(node, (ast.BinOp, ast.Call, ast.UnaryOp)) and _number(node) is None:
+                if len({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}) > 1:
+                    return node
+        return None
+
     def _shape(self, atom: ast.expr) -> ast.expr:
-        """A nonlinear transform of the atom with a fitted length scale."""
+        """A nonlinear transform of the atom with a length scale drawn around ``scale``."""
         np_ = self.names.numpy
         s = literal(self._magnitude(0.2, 5.0))
         shapes = [lambda: atom, lambda: _binop(atom, ast.Pow(), ast.Constant(2)),
@@ -276,31 +299,39 @@ class Mutations:
     def _abs(self, node: ast.expr) -> ast.expr:
         return _call(_attr(self.names.numpy, "abs") if self.names.numpy else ast.Name("abs", ast.Load()), node)
 
+    def _signed(self, low: float, high: float, negative: float = 0.5) -> float:
+        return self._magnitude(low, high) * (-1 if self.rng.random() < negative else 1)
+
+    def _factor(self) -> float:
+        """A multiplier for one branch: scale-free, mostly a damping or an amplification."""
+        return float(f"{np.exp(self.rng.uniform(np.log(0.05), np.log(20.0))):.3g}")
+
     def _condition(self, atom: ast.expr) -> ast.expr:
-        threshold = 0.0 if self.rng.random() < 0.15 else self._magnitude(0.1, 5.0)
+        """``atom OP t``, or a band ``(atom > 0) & (atom < t)`` that leaves exact zeros alone."""
+        if self.rng.random() < BAND_SHARE:
+            low = ast.Compare(left=clone(atom), ops=[ast.Gt()], comparators=[literal(0)])
+            upper = literal(self._magnitude(0.2, 5.0))
+            high = ast.Compare(left=atom, ops=[self._pick((ast.Lt, ast.LtE))()], comparators=[upper])
+            return _binop(low, ast.BitAnd(), high)
+        threshold = 0 if self.rng.random() < 0.1 else self._signed(0.1, 5.0, negative=0.2)
         op = self._pick(ORDER + (ast.Eq,) if threshold == 0 else ORDER)()
-        cond = ast.Compare(left=atom, ops=[op], comparators=[literal(threshold)])
-        if self.rng.random() < 0.3:
-            other = ast.Compare(left=copy.deepcopy(atom), ops=[ast.Gt()], comparators=[literal(0.0)])
-            cond = _binop(other, ast.BitAnd(), cond)
-        return cond
+        return ast.Compare(left=atom, ops=[op], comparators=[literal(threshold)])
 
     def _add_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
-        coef = self._magnitude(0.01, 10.0) * (1 if self.rng.random() < 0.5 else -1)
-        return _binop(expr, ast.Add(), _binop(literal(coef), ast.Mult(), self._shape(atom)))
+        return _binop(expr, ast.Add(), _binop(literal(self._signed(0.01, 10.0)), ast.Mult(), self._shape(atom)))
 
     def _scale_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
         return _binop(expr, self._pick((ast.Mult, ast.Div))(), self._shape(atom))
 
     def _step_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
-        coef = self._magnitude(0.1, 10.0) * (1 if self.rng.random() < 0.5 else -1)
-        return _binop(expr, ast.Add(), _binop(literal(coef), ast.Mult(), self._condition(atom)))
+        return _binop(expr, ast.Add(), _binop(literal(self._signed(0.1, 10.0)), ast.Mult(), self._condition(atom)))
 
     def _where_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
-        other = copy.deepcopy(expr)
-        if self.rng.random() < 0.7:
-            other = _binop(other, ast.Add(), literal(self._magnitude(0.1, 10.0) * self._pick((1, -1))))
+        """``np.where(cond, expr changed, expr)``: the body's value, shifted or rescaled on one side."""
+        other = clone(expr)
+        if self.rng.random() < 0.5:
+            other = _binop(other, ast.Add(), literal(self._signed(0.1, 10.0)))
         else:
-            other = _binop(other, ast.Mult(), literal(self._magnitude(0.01, 0.3)))
+            other = _binop(other, ast.Mult(), literal(self._factor()))
         branches = [other, expr] if self.rng.random() < 0.5 else [expr, other]
         return _call(_attr(self.names.numpy, "where"), self._condition(atom), *branches)

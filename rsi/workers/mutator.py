@@ -1,0 +1,213 @@
+"""Mutator: an offline variation operator for Python code. It is not a language model.
+
+It lets every search run end to end without a model: an ``edit`` rewrites functions marked
+with a ``# rsi: evolve`` comment line directly above their ``def`` by 1..``max_ops`` random
+operators on the body's syntax tree (perturb a constant, swap an arithmetic or comparison
+operator, swap an elementwise math function, insert a term built from the function's own
+names, drop a term). Every result parses and differs from the input. With ``ancestor`` and
+``donor`` references, ``edit`` instead three-way merges the donor's changes into the checkout
+(recombination). Randomness is one seeded generator whose state travels through
+``get_state``/``set_state``, so a resumed run draws the same edits.
+"""
+
+from __future__ import annotations
+
+import ast
+import os
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from rsi.errors import WorkerError
+from rsi.snapshot import RUNTIME_DIRS
+from rsi.workers._merge import merge
+from rsi.workers._mutations import OPERATORS, Mutations
+from rsi.workers._pyedit import MARKER, ModuleNames, clone, marked_functions, module_names, splice
+from rsi.workers.base import Worker
+
+__all__ = ["MutatorWorker", "merge"]
+
+MAX_ATTEMPTS = 50  # whole-edit retries before reporting that no valid change was found
+
+
+class OperatorWeights(BaseModel):
+    """Relative frequency of each operator; 0 switches one off."""
+
+    model_config = ConfigDict(extra="forbid")
+    perturb_constant: float = Field(3.0, ge=0, description="scale, shift, negate or reset a numeric literal")
+    swap_operator: float = Field(1.0, ge=0, description="swap + - * / ** within sensible families")
+    swap_compare: float = Field(1.0, ge=0, description="swap < <= > >= (and == !=)")
+    swap_function: float = Field(1.0, ge=0, description="swap an elementwise numpy/math function, domain-guarded")
+    insert_term: float = Field(2.0, ge=0, description="add a term, factor, step or np.where branch on names in scope")
+    drop_term: float = Field(1.0, ge=0, description="replace an operation by one of its operands")
+
+    @model_validator(mode="after")
+    def _some_positive(self):
+        if not any(getattr(self, op) > 0 for op in OPERATORS):
+            raise ValueError("at least one operator weight must be positive")
+        return self
+
+
+@dataclass
+class _Target:
+    """One marked function in one file of the checkout."""
+
+    path: str
+    source: str
+    tree: ast.Module
+    fn: ast.FunctionDef
+
+    @property
+    def label(self) -> str:
+        return f"{self.path}:{self.fn.name}"
+
+    @cached_property
+    def text(self) -> str:
+        """The function as ``ast.unparse`` writes it: an edit must change this."""
+        return ast.unparse(self.fn)
+
+    @cached_property
+    def names(self) -> ModuleNames:
+        return module_names(self.tree)
+
+
+class MutatorWorker(Worker):
+    """Random syntax-tree edits of marked functions plus three-way merges; no model involved."""
+
+    kind = "agent"
+    offline = True
+
+    class Config(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        type: Literal["mutator"]
+        replicas: int = Field(1, ge=1, description="worker actors; each gets its own derived seed")
+        max_ops: int = Field(3, ge=1, le=20, description="an edit applies 1..max_ops random operators")
+        seed_offset: int = Field(
+            0, ge=0, description="mixed into the run seed, to vary the edits without changing the run seed")
+        constant_scale: float = Field(
+            10.0, gt=0, description="typical magnitude of the evolved code's quantities; new thresholds, "
+            "penalties and length scales are drawn log-uniformly around it (bin packing with capacity 100: 10)")
+        max_nodes: int = Field(
+            200, ge=20, description="size cap in syntax nodes: no edit grows a marked function past it (bloat "
+            "control; a function already larger only gets edits and drops)")
+        weights: OperatorWeights = Field(default_factory=OperatorWeights, description="relative operator frequencies")
+
+    def __init__(self, config: "MutatorWorker.Config", base_dir: Path | None = None, seed: int = 0):
+        super().__init__()
+        self.config = config
+        self.rng = np.random.default_rng([seed % 2**63, config.seed_offset])
+        self.edits = 0
+        self.last = "no edit yet"
+
+    # ---- Worker interface -----------------------------------------------------------------
+    def ask(self, prompt: str) -> str:
+        return f"mutator (offline variation operator, not a language model): edit {self.edits}: {self.last}"
+
+    def edit(self, checkout: Path, prompt: str, references: dict[str, str] | None = None) -> str:
+        checkout = Path(checkout)
+        self.edits += 1
+        if references and "ancestor" in references and "donor" in references:
+            reply = self._recombine(checkout, references)
+        else:
+            reply = self._mutate(checkout, skip=set((references or {}).values()))
+        self.last = reply
+        return reply
+
+    def get_state(self) -> dict:
+        return {"rng": self.rng.bit_generator.state, "edits": self.edits, "last": self.last}
+
+    def set_state(self, state: dict) -> None:
+        if "rng" in state:
+            self.rng.bit_generator.state = state["rng"]
+        self.edits = int(state.get("edits", 0))
+        self.last = str(state.get("last", "no edit yet"))
+
+    # ---- recombination --------------------------------------------------------------------
+    def _recombine(self, checkout: Path, references: dict[str, str]) -> str:
+        ancestor, donor = checkout / references["ancestor"], checkout / references["donor"]
+        for role, path in (("ancestor", ancestor), ("donor", donor)):
+            if not path.is_dir():
+                raise WorkerError(f"mutator: {role} reference {references[role]!r} is not a directory in the checkout")
+        changed = merge(ancestor, checkout, donor)
+        if not changed:
+            return "merge: the donor changed nothing that main lacks; no change"
+        return f"merge: took the donor's changes to {', '.join(changed)} (conflicting lines keep main)"
+
+    # ---- mutation -------------------------------------------------------------------------
+    def _mutate(self, checkout: Path, skip: set[str]) -> str:
+        targets = _find_targets(checkout, skip)
+        if not targets:
+            return f"mutate: no function marked '{MARKER}' in any Python file; no change"
+        for _ in range(MAX_ATTEMPTS):
+            result = self._attempt(targets)
+            if result is not None:
+                files, applied = result
+                for rel, text in files.items():
+                    (checkout / rel).write_bytes(text.encode())
+                return "mutate: " + "; ".join(applied)
+        return f"mutate: no operator found a valid change in {len(targets)} marked function(s); no change"
+
+    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str]] | None:
+        """One candidate edit, or None when it changed nothing or failed to parse."""
+        copies: dict[int, ast.FunctionDef] = {}
+        applied = []
+        for _ in range(int(self.rng.integers(1, self.config.max_ops + 1))):
+            i = int(self.rng.integers(len(targets)))
+            if i not in copies:
+                copies[i] = clone(targets[i].fn)  # only functions an operator touches are copied
+            op = self._operator(copies[i])
+            if Mutations(self.rng, targets[i].names, self.config.constant_scale).apply(op, copies[i]):
+                applied.append(f"{op} in {targets[i].label}")
+        if any(_size(fn) > max(self.config.max_nodes, _size(targets[i].fn)) for i, fn in copies.items()):
+            return None  # grew past the cap: draw again
+        rendered = {i: ast.unparse(ast.fix_missing_locations(fn)) for i, fn in copies.items()}
+        changed = {i: text for i, text in rendered.items() if text != targets[i].text}
+        files = {}
+        for path in sorted({targets[i].path for i in changed}):
+            edits = [(targets[i].fn, text) for i, text in changed.items() if targets[i].path == path]
+            source = splice(next(t.source for t in targets if t.path == path), edits)
+            try:
+                ast.parse(source)
+            except SyntaxError:
+                return None
+            files[path] = source
+        return (files, applied) if files else None
+
+    def _operator(self, fn: ast.FunctionDef) -> str:
+        weights = np.array([getattr(self.config.weights, op) for op in OPERATORS], dtype=float)
+        if _size(fn) >= self.config.max_nodes:
+            weights[OPERATORS.index("insert_term")] = 0.0
+        if weights.sum() == 0:
+            weights[OPERATORS.index("drop_term")] = 1.0
+        return OPERATORS[int(self.rng.choice(len(OPERATORS), p=weights / weights.sum()))]
+
+
+def _size(fn: ast.AST) -> int:
+    return sum(1 for _ in ast.walk(fn))
+
+
+def _find_targets(checkout: Path, skip: set[str]) -> list[_Target]:
+    """Marked functions of every parseable Python file, in path order."""
+    targets = []
+    skip = {os.path.normpath(s) for s in skip}
+    for dirpath, dirnames, filenames in os.walk(checkout):
+        rel_dir = os.path.relpath(dirpath, checkout)
+        dirnames[:] = sorted(d for d in dirnames if d not in RUNTIME_DIRS
+                             and os.path.normpath(os.path.join(rel_dir, d)) not in skip)
+        for name in sorted(filenames):
+            if not name.endswith(".py"):
+                continue
+            rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
+            try:
+                source = (checkout / rel).read_bytes().decode()
+                if MARKER not in source:
+                    continue
+                tree = ast.parse(source)
+            except (UnicodeDecodeError, SyntaxError, ValueError):
+                continue  # not ours to repair: a file that does not parse is left alone
+            targets += [_Target(rel, source, tree, fn) for fn in marked_functions(source, tree)]
+    return targets

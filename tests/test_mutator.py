@@ -1,0 +1,276 @@
+import ast
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from rsi.workers import worker_class
+from rsi.workers._pyedit import MARKER
+from rsi.workers.mutator import MutatorWorker, merge
+
+HEURISTIC = '''"""Scores bins for online packing."""
+import math
+
+import numpy as np
+
+SCALE = 3.0
+
+
+def helper(x):
+    return x * 2 + 1  # not marked: must never change
+
+
+# rsi: evolve
+def priority(item, bins):
+    """Prefer tight fits."""
+    gap = bins - item
+    score = -gap + 0.5 * np.sqrt(np.abs(gap))
+    if item > 10:
+        score = np.where(gap < 5, score - 2.0, score)
+    return score / (1 + math.exp(-item / 20))  # trailing comment survives
+
+
+class Policy:
+    # rsi: evolve
+    @staticmethod
+    def weight(a, b=2):
+        total = 0.0
+        for k in range(3):
+            total += a[k] * b ** 2 if a[k] >= 0 else -a[k]
+        return total
+
+    def untouched(self):
+        return 1.5
+'''
+BEST_FIT = f"import numpy as np\n\n\n{MARKER}\ndef priority(item, bins):\n    return -(bins - item)\n"
+
+
+def make(seed=0, **fields) -> MutatorWorker:
+    return MutatorWorker(MutatorWorker.Config(type="mutator", **fields), base_dir=Path("."), seed=seed)
+
+
+def checkout_with(tmp_path: Path, files: dict[str, str], name="checkout") -> Path:
+    root = tmp_path / name
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return root
+
+
+def outside_marked(source: str) -> str:
+    """The file with every marked function's lines cut out: what an edit must leave alone."""
+    lines = source.splitlines(keepends=True)
+    for node in sorted((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef)),
+                       key=lambda n: n.lineno, reverse=True):
+        first = min([node.lineno] + [d.lineno for d in node.decorator_list])
+        if lines[first - 2].strip() == MARKER:
+            lines[first - 1:node.end_lineno] = ["<marked>\n"]
+    return "".join(lines)
+
+
+def test_registry_resolves_mutator_and_marks_it_offline():
+    cls = worker_class("mutator")
+    assert cls is MutatorWorker and cls.kind == "agent" and cls.offline is True
+    assert "not a language model" in make().ask("what did you learn?")
+
+
+def test_chained_mutations_always_parse_differ_and_touch_only_marked_functions(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC, "notes.txt": "keep\n"})
+    worker = make(seed=3)
+    source = HEURISTIC
+    before_top, before_tail = HEURISTIC.split(MARKER)[0], HEURISTIC.split("    def untouched")[1]
+    for _ in range(200):
+        reply = worker.edit(root, "improve")
+        new = (root / "heuristic.py").read_text()
+        assert reply.startswith("mutate: ") and new != source
+        tree = ast.parse(new)
+        assert ast.dump(tree) != ast.dump(ast.parse(source))
+        assert new.startswith(before_top) and new.endswith("    def untouched" + before_tail)
+        assert new.count(MARKER) == 2
+        sizes = [sum(1 for _ in ast.walk(n)) for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)
+                 and n.name in ("priority", "weight")]
+        assert max(sizes) <= 200  # the default max_nodes cap holds
+        source = new
+    assert "def helper(x):\n    return x * 2 + 1  # not marked: must never change\n" in source
+    assert (root / "notes.txt").read_text() == "keep\n"
+
+
+def test_many_seeds_from_best_fit_all_parse_and_differ(tmp_path):
+    results = set()
+    for seed in range(200):
+        root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT}, name=f"c{seed}")
+        make(seed=seed).edit(root, "improve")
+        new = (root / "heuristic.py").read_text()
+        ast.parse(new)
+        assert new != BEST_FIT and new.startswith(f"import numpy as np\n\n\n{MARKER}\ndef priority(item, bins):\n")
+        results.add(new)
+    assert len(results) > 100  # the operators really vary
+
+
+def test_unmarked_code_is_byte_identical(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC, "other.py": "def f(x):\n    return x + 1.5\n"})
+    worker = make(seed=11)
+    for _ in range(30):
+        worker.edit(root, "improve")
+    new = (root / "heuristic.py").read_text()
+    assert outside_marked(new) == outside_marked(HEURISTIC)
+    assert outside_marked(HEURISTIC).count("<marked>") == 2
+    assert (root / "other.py").read_text() == "def f(x):\n    return x + 1.5\n"
+
+
+def test_deterministic_for_a_seed_and_different_for_another(tmp_path):
+    def run(seed, offset=0):
+        name = f"s{seed}-{offset}-{len(os.listdir(tmp_path))}"
+        root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC}, name=name)
+        worker = make(seed=seed, seed_offset=offset)
+        return [(worker.edit(root, "p"), (root / "heuristic.py").read_text()) for _ in range(5)]
+
+    assert run(1) == run(1)
+    assert run(1) != run(2)
+    assert run(1) != run(1, offset=1)
+
+
+def test_state_round_trip_continues_the_same_sequence(tmp_path):
+    a_root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC}, name="a")
+    b_root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC}, name="b")
+    first = make(seed=5)
+    for _ in range(3):
+        first.edit(a_root, "p")
+    shutil.rmtree(b_root)
+    shutil.copytree(a_root, b_root)
+    resumed = make(seed=5)
+    resumed.set_state(first.get_state())
+    assert resumed.ask("p") == first.ask("p")
+    for _ in range(4):
+        assert resumed.edit(b_root, "p") == first.edit(a_root, "p")
+        assert (b_root / "heuristic.py").read_text() == (a_root / "heuristic.py").read_text()
+    fresh = make(seed=5)
+    fresh_root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC}, name="fresh")
+    fresh.edit(fresh_root, "p")  # without the state the sequence restarts: first edit again
+    assert fresh.get_state()["edits"] == 1 and first.get_state()["edits"] == 7
+
+
+def test_no_marked_function_means_no_change_and_says_why(tmp_path):
+    plain = "import numpy as np\n\n\ndef priority(item, bins):\n    return -(bins - item)\n"
+    root = checkout_with(tmp_path, {"heuristic.py": plain, "broken.py": f"{MARKER}\ndef f(:\n"})
+    reply = make().edit(root, "improve")
+    assert "no function marked" in reply and "no change" in reply
+    assert (root / "heuristic.py").read_text() == plain
+
+
+def test_bin_packing_terms_use_the_functions_own_names(tmp_path):
+    seen = set()
+    for seed in range(60):
+        root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT}, name=f"c{seed}")
+        make(seed=seed, max_ops=1).edit(root, "improve")
+        fn = next(n for n in ast.walk(ast.parse((root / "heuristic.py").read_text())) if isinstance(n, ast.FunctionDef))
+        seen |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
+        seen |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
+    assert {"item", "bins", "np", "where"} <= seen
+    assert seen - {"item", "bins", "np", "where", "abs"}, "shapes such as exp, sqrt or log1p appear"
+
+
+def test_config_validation():
+    with pytest.raises(ValidationError, match="extra"):
+        MutatorWorker.Config(type="mutator", temperature=1.0)
+    with pytest.raises(ValidationError):
+        MutatorWorker.Config(type="mutator", max_ops=0)
+    with pytest.raises(ValidationError, match="at least one operator weight"):
+        MutatorWorker.Config(type="mutator", weights={name: 0 for name in (
+            "perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")})
+
+
+def test_weights_restrict_the_operators(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC})
+    worker = make(seed=2, max_ops=1, weights={"perturb_constant": 1.0, "swap_operator": 0, "swap_compare": 0,
+                                              "swap_function": 0, "insert_term": 0, "drop_term": 0})
+    for _ in range(10):
+        assert worker.edit(root, "p").startswith("mutate: perturb_constant in heuristic.py:")
+
+
+# ---- three-way merge ----------------------------------------------------------------------------
+LINES = "".join(f"line {i}\n" for i in range(1, 21))
+
+
+def trees(tmp_path: Path, ancestor: dict, main: dict, donor: dict) -> tuple[Path, Path, Path]:
+    return tuple(checkout_with(tmp_path, files, name) for name, files in
+                 (("ancestor", ancestor), ("main", main), ("donor", donor)))
+
+
+def test_merge_takes_donor_only_changes_and_keeps_main_only_changes(tmp_path):
+    a, m, d = trees(tmp_path, {"x.py": "x = 1\n", "y.py": "y = 1\n"},
+                    {"x.py": "x = 1\n", "y.py": "y = 2  # main\n"},
+                    {"x.py": "x = 3  # donor\n", "y.py": "y = 1\n"})
+    assert merge(a, m, d) == ["x.py"]
+    assert (m / "x.py").read_text() == "x = 3  # donor\n"
+    assert (m / "y.py").read_text() == "y = 2  # main\n"
+
+
+def test_merge_combines_hunks_and_keeps_main_on_conflict(tmp_path):
+    main = LINES.replace("line 2\n", "line 2 main\n").replace("line 10\n", "line 10 main\n")
+    donor = LINES.replace("line 15\n", "line 15 donor\n").replace("line 10\n", "line 10 donor\n")
+    a, m, d = trees(tmp_path, {"f.txt": LINES}, {"f.txt": main}, {"f.txt": donor})
+    assert merge(a, m, d) == ["f.txt"]
+    merged = (m / "f.txt").read_text()
+    assert "line 2 main\n" in merged and "line 15 donor\n" in merged
+    assert "line 10 main\n" in merged and "line 10 donor" not in merged
+    assert merged.count("\n") == 20
+
+
+def test_merge_carries_deletion_addition_and_executable_bit(tmp_path):
+    a, m, d = trees(tmp_path, {"gone.py": "g\n", "run.sh": "echo\n", "same.py": "s\n"},
+                    {"gone.py": "g\n", "run.sh": "echo\n", "same.py": "s\n", "mine.py": "m\n"},
+                    {"run.sh": "echo\n", "same.py": "s\n", "pkg/new.py": "n\n"})
+    (d / "run.sh").chmod(0o755)
+    assert merge(a, m, d) == ["gone.py", "pkg/new.py", "run.sh"]
+    assert not (m / "gone.py").exists()
+    assert (m / "pkg/new.py").read_text() == "n\n"
+    assert os.access(m / "run.sh", os.X_OK)
+    assert (m / "mine.py").read_text() == "m\n"
+
+
+def test_merge_keeps_main_when_one_side_deletes_what_the_other_changed(tmp_path):
+    a, m, d = trees(tmp_path, {"f.py": "a\n", "b.bin": "\0x"}, {"f.py": "main\n", "b.bin": "\0main"},
+                    {"b.bin": "\0donor"})
+    assert merge(a, m, d) == []
+    assert (m / "f.py").read_text() == "main\n" and (m / "b.bin").read_text() == "\0main"
+
+
+def test_recombination_edit_merges_and_skips_reference_folders(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC, "extra.py": "a = 1\n",
+                                    ".refs/ancestor/heuristic.py": HEURISTIC, ".refs/ancestor/extra.py": "a = 1\n",
+                                    ".refs/donor/heuristic.py": HEURISTIC, ".refs/donor/extra.py": "a = 2\n"})
+    worker = make()
+    reply = worker.edit(root, "merge", references={"ancestor": ".refs/ancestor", "donor": ".refs/donor"})
+    assert "extra.py" in reply and ".refs" not in reply.replace(".refs/", "")
+    assert (root / "extra.py").read_text() == "a = 2\n"
+    assert (root / "heuristic.py").read_text() == HEURISTIC
+    assert (root / ".refs/ancestor/extra.py").read_text() == "a = 1\n"
+    assert "merge" in worker.ask("what did you learn?")
+    again = worker.edit(root, "merge", references={"ancestor": ".refs/ancestor", "donor": ".refs/donor"})
+    assert "no change" in again
+
+
+def test_mutation_ignores_reference_folders(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT, "ref/heuristic.py": BEST_FIT})
+    make().edit(root, "p", references={"ancestor": "ref"})
+    assert (root / "ref/heuristic.py").read_text() == BEST_FIT
+    assert (root / "heuristic.py").read_text() != BEST_FIT
+
+
+def test_mutants_run_on_bin_packing_inputs(tmp_path):
+    """Inserted terms are ordinary numpy over the arguments: most mutants still score bins."""
+    ok = 0
+    bins, item = np.array([60.0, 45.0, 100.0]), 40
+    for seed in range(40):
+        root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT}, name=f"c{seed}")
+        make(seed=seed).edit(root, "p")
+        namespace = {}
+        exec((root / "heuristic.py").read_text(), namespace)
+        with np.errstate(all="ignore"):
+            out = np.broadcast_to(np.asarray(namespace["priority"](item, bins), dtype=float), bins.shape)
+        ok += bool(np.isfinite(out).all())
+    assert ok >= 36
