@@ -45,7 +45,8 @@ class ChatResult:
 
     def message(self) -> dict:
         """This reply as the assistant message to append to the conversation."""
-        msg: dict = {"role": "assistant", "content": self.text}
+        # null content beside tool calls: some strict servers refuse an empty string there
+        msg: dict = {"role": "assistant", "content": self.text or (None if self.tool_calls else "")}
         if self.tool_calls:
             msg["tool_calls"] = [
                 {"id": c.id, "type": "function",
