@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.evaluator import Evaluator
 from rsi.results import Request
@@ -27,6 +28,10 @@ class EvaluatorClient:
     def start(cls, run_id: str, target, config, run_seed: int, deterministic: bool, records: RunRecords | None,
               name: str | None = None):
         opts = {"name": name, "lifetime": None} if name else {}
+        # Pinned to the driver's node: it owns every rollout task of the run, and a lost driver
+        # node ends the run anyway, so this placement adds no point of failure. (A soft affinity
+        # is not enough: Ray places a zero-CPU actor elsewhere when the driver's node has no CPUs.)
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = Evaluator.options(**opts).remote(run_id, target, config, run_seed, deterministic)
         return cls(actor, records)
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import ray
 
 from rsi.results import rows_to_table
 from rsi.snapshot import Snapshot
@@ -47,6 +48,8 @@ def materialize_once(snapshot: Snapshot) -> Path:
 def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec], run_id: str,
               split: str) -> tuple[pa.Table, list[dict]]:
     pristine = materialize_once(snapshot)
+    # Where each rollout ran: evidence for placement (custom resources) and for lost-node retries.
+    node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     rows, traces = [], []
     for spec in specs:
         work = Path(tempfile.mkdtemp(prefix="rsi-rollout-"))
@@ -66,5 +69,5 @@ def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec],
             "cost_usd": result.cost_usd, "trace_ref": None,
         })
         traces.append({"task_id": spec.task_id, "trial": spec.trial, "snapshot_id": snapshot.snapshot_id,
-                       "split": split, **result.trace})
+                       "split": split, "node_id": node_id, **result.trace})
     return rows_to_table(rows), traces

@@ -15,6 +15,7 @@ import tempfile
 from pathlib import Path
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rsi.snapshot import Snapshot, _scan
 
@@ -80,7 +81,11 @@ class WorkerPool:
     def __init__(self, worker_cfg, base_dir: Path, seed: int, states: list[dict] | None = None):
         n = getattr(worker_cfg, "replicas", 1)
         states = states or [None] * n
-        self.actors = [WorkerActor.remote(worker_cfg, str(base_dir), seed + i, states[i]) for i in range(n)]
+        # Pinned to the driver's node: an actor lost with another node would restart from the
+        # run's initial ``states`` and replay edits already used; the driver's node ends the run anyway.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.actors = [WorkerActor.options(scheduling_strategy=here).remote(worker_cfg, str(base_dir), seed + i, states[i])
+                       for i in range(n)]
 
     def __len__(self) -> int:
         return len(self.actors)

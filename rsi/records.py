@@ -40,6 +40,13 @@ def open_fs(uri: str) -> tuple[pafs.FileSystem, str]:
         raise ConfigError(f"storage {uri!r}: {exc}") from None
 
 
+def new_run_uri(storage: str, name: str) -> str:
+    """Where a new run goes when no run directory is given (also named ahead by ``rsi submit``,
+    so the user learns it at submission)."""
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    return f"{storage.rstrip('/')}/{name}-{stamp}-{uuid.uuid4().hex[:4]}"
+
+
 def _json_default(o):
     if hasattr(o, "item"):
         return o.item()
@@ -62,11 +69,7 @@ class RunRecords:
     # ---- opening -------------------------------------------------------------------------
     @classmethod
     def create(cls, storage: str, name: str, run_dir: str | None = None) -> "RunRecords":
-        if run_dir:
-            uri = run_dir
-        else:
-            stamp = time.strftime("%Y%m%d-%H%M%S")
-            uri = f"{storage.rstrip('/')}/{name}-{stamp}-{uuid.uuid4().hex[:4]}"
+        uri = run_dir or new_run_uri(storage, name)
         fs, root = open_fs(uri)
         info = fs.get_file_info(f"{root}/decisions.jsonl")
         if info.type != pafs.FileType.NotFound:

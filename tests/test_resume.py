@@ -1,0 +1,111 @@
+"""Resume after SIGKILL: a driver killed at any point and resumed decides exactly what an
+uninterrupted run decides, and no stored rollout runs again.
+
+Each ``rsi run`` / ``rsi resume`` is a real process with its own local Ray, started in its own
+session; the kill takes the whole process group and every descendant (raylet, GCS, workers), as
+a lost laptop or a killed job would. One run is killed three times at three different points and
+resumed each time (a resumed run is itself killed and resumed), then compared with an
+uninterrupted run of the same config and seed.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from _cluster import REPO, cluster_env, comparable, decisions, descendants, kill_tree, rollout_keys, slow_table_scenario
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def env():
+    return cluster_env(secrets.token_hex(32))
+
+
+def rsi(env: dict, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "rsi.cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+
+
+def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
+    out, _ = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, out[-4000:]
+    return out
+
+
+def kill_at(proc: subprocess.Popen, run_dir: Path, point, timeout: float = 240) -> list[dict]:
+    """SIGKILL the driver, its local Ray and every process below it as soon as ``point(kinds)``
+    holds for the decisions on disk; returns those decisions."""
+    deadline = time.monotonic() + timeout
+    while True:
+        kinds = [d["kind"] for d in decisions(run_dir)]
+        if point(kinds):
+            break
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended before the kill point (decisions {kinds}):\n{proc.stdout.read()[-3000:]}")
+        assert time.monotonic() < deadline, f"kill point never reached; decisions {kinds}"
+        time.sleep(0.02)
+    tree = descendants(proc.pid)
+    kill_tree(proc, tree)
+    proc.stdout.close()
+    give_up = time.monotonic() + 10  # SIGKILL is delivered asynchronously
+    while (survivors := [p for p in tree if _alive(p)]) and time.monotonic() < give_up:
+        time.sleep(0.05)
+    assert not survivors, f"processes of the killed driver still run: {survivors}"
+    return decisions(run_dir)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):
+    config = slow_table_scenario(tmp_path, train=4, edits=("v2", "v1", "v3"))
+    base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
+    base = rsi(env, "run", str(config), "--run-dir", str(base_dir))
+    finish(base)
+    expected = decisions(base_dir)
+    kinds = [d["kind"] for d in expected]
+    assert kinds == ["seed", "screen", "screen", "confirm", "screen", "confirm", "promote", "test"], kinds
+    base_keys = rollout_keys(base_dir)
+
+    points = [
+        ("after the seed", lambda k: "seed" in k),
+        ("after the first confirm", lambda k: "confirm" in k),
+        ("after promotion, during the test measurement", lambda k: "promote" in k),
+    ]
+    proc = rsi(env, "run", str(config), "--run-dir", str(run_dir))
+    stored_before = 0
+    for i, (where, point) in enumerate(points):
+        at_kill = kill_at(proc, run_dir, point)
+        assert "test" not in [d["kind"] for d in at_kill], f"kill {where} came too late"
+        assert not (run_dir / "summary.json").exists()
+        keys = rollout_keys(run_dir)
+        assert len(keys) == len(set(keys)), f"duplicate rollout rows before resume {i + 1}"
+        assert len(keys) >= stored_before, "stored rollouts disappeared"
+        stored_before = len(keys)
+        proc = rsi(env, "resume", str(run_dir))
+    out = finish(proc)
+    assert "stored rollouts reused" in out
+
+    assert comparable(decisions(run_dir)) == comparable(expected)
+    keys = rollout_keys(run_dir)
+    dupes = [k for k, n in Counter(keys).items() if n > 1]
+    assert not dupes, f"rollouts stored twice (re-executed after resume): {dupes[:3]}"
+    assert sorted(keys) == sorted(base_keys), "every rollout of the uninterrupted run, exactly once"
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rollouts"]["executed"] == len(keys) - stored_before, \
+        "the last resume executed only what had not been stored"
+    assert summary["snapshot_id"] == json.loads((base_dir / "summary.json").read_text())["snapshot_id"]
