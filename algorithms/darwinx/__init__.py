@@ -61,7 +61,7 @@ class DarwinX(Algorithm):
     def __init__(self, ctx, params: DarwinXParams, policies: dict | None = None):
         super().__init__(ctx, params)
         self.p = params
-        self.rng = random.Random(params.seed)
+        self.rng = random.Random(params.seed)  # the spec's own seed; saved by the base state
         policies = policies or {}
         self.parent_selection = resolve_slot(
             "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability))
@@ -79,6 +79,10 @@ class DarwinX(Algorithm):
         if not self.archive:
             self.seed()
         while self.step < self.p.max_steps:
+            stop = self.budget_exhausted()
+            if stop:
+                self.decide("stop", None, None, reason=stop, usage=self.usage())
+                break
             n = min(self.p.parallel_candidates, self.p.max_steps - self.step)
             proposals = self.propose(n)
             self.measure(proposals)
@@ -322,7 +326,7 @@ class DarwinX(Algorithm):
 
     # ---- resume --------------------------------------------------------------------------
     def save_state(self) -> None:
-        state = {**self.get_state(), "darwinx_rng": _rng_dump(self.rng), "archive": [c.record() for c in self.archive],
+        state = {**self.get_state(), "archive": [c.record() for c in self.archive],
                  "declined": self.declined, "tried_pairs": sorted(self.tried_pairs),
                  "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
                  "decisions": len(self.ctx.records.decisions())}
@@ -330,7 +334,6 @@ class DarwinX(Algorithm):
 
     def load_state(self, state: dict) -> None:
         self.set_state(state)
-        self.rng.setstate(_rng_load(state["darwinx_rng"]))
         self.archive = [Candidate.from_record(r, self.ctx.records.get_snapshot(r["snapshot_id"]))
                         for r in state["archive"]]
         self.declined = state["declined"]
@@ -359,12 +362,3 @@ def _newest_first(items: list[str], budget: int) -> str:
         used += len(item) + 1
     return "\n".join(out) or "(empty)"
 
-
-def _rng_dump(rng: random.Random) -> list:
-    v, internal, g = rng.getstate()
-    return [v, list(internal), g]
-
-
-def _rng_load(state: list):
-    v, internal, g = state
-    return (v, tuple(internal), g)
