@@ -58,6 +58,8 @@ class Evaluator:
         self.executed = 0
         self.cache_hits = 0
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        # A target whose rollouts take milliseconds suggests large batches (policy: inner searches).
+        self.batch_hint = getattr(target, "batch_hint", None)
 
     # ---- public ----------------------------------------------------------------------------
     def split_ids(self, split: str) -> list[str]:
@@ -120,6 +122,8 @@ class Evaluator:
     def _batch_size(self, n: int) -> int:
         if self.config.batch_size:
             return self.config.batch_size
+        if self.batch_hint:
+            return max(1, min(self.batch_hint, math.ceil(n / (self.cpus * 2))))
         slots = self.cpus if self.config.num_cpus >= 1 else self.cpus * 4
         return max(1, min(8, math.ceil(n / (slots * 4))))
 

@@ -2,7 +2,9 @@
 
 Batching amortises Ray's per-task overhead when rollouts are short (a heuristic on one
 instance takes milliseconds to a second). Each rollout still gets its own fresh copy of the
-snapshot, so a candidate that writes into its working directory cannot affect the next one.
+snapshot, so a candidate that writes into its working directory cannot affect the next one;
+a target that only reads its snapshot (``needs_private_workdir = False``, e.g. a decision rule
+run as an inner search) reads the node's pristine copy instead.
 """
 
 from __future__ import annotations
@@ -51,16 +53,19 @@ def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec],
     # Where each rollout ran: evidence for placement (custom resources) and for lost-node retries.
     node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     rows, traces = [], []
+    private = getattr(target, "needs_private_workdir", True)
     for spec in specs:
-        work = Path(tempfile.mkdtemp(prefix="rsi-rollout-"))
+        work = Path(tempfile.mkdtemp(prefix="rsi-rollout-")) if private else pristine
         try:
-            shutil.copytree(pristine, work, dirs_exist_ok=True, symlinks=True)
-            os.chmod(work, 0o755)
+            if private:
+                shutil.copytree(pristine, work, dirs_exist_ok=True, symlinks=True)
+                os.chmod(work, 0o755)
             t0 = time.perf_counter()
             result = target.run(work, tasks[spec.task_id], spec.trial, spec.sample_seed)
             duration = result.duration_s or (time.perf_counter() - t0)
         finally:
-            shutil.rmtree(work, ignore_errors=True)
+            if private:
+                shutil.rmtree(work, ignore_errors=True)
         rows.append({
             "run_id": run_id, "snapshot_id": snapshot.snapshot_id, "split": split,
             "task_id": spec.task_id, "trial": spec.trial, "sample_seed": spec.sample_seed,

@@ -117,6 +117,14 @@ class Algorithm:
         self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason, **figures)
         return snapshot
 
+    def after_test(self, promoted: Snapshot, test_table) -> dict | None:
+        """Called once after the runner's single test measurement of ``promoted``. An algorithm
+        whose report needs more than that measurement (meta-evolve: the seed rule and the
+        hand-tuned family on the same validation instances) measures it here, after every
+        decision is made. Returns ``{"tables": [{"title", "rows", "note"}]}`` for the summary,
+        or None."""
+        return None
+
     # ---- resume --------------------------------------------------------------------------------
     def get_state(self) -> dict:
         return {"step": self.step, "rng": _rng_state(self.rng)}

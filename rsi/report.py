@@ -33,6 +33,11 @@ def print_summary(summary: dict) -> None:
         console.print(rows_table(means, "mean primary score of the promoted snapshot"))
     if summary.get("test_report"):
         console.print(rows_table(summary["test_report"], "test"))
+    for table in (summary.get("algorithm_report") or {}).get("tables", []):
+        if table.get("rows"):
+            console.print(rows_table(table["rows"], table.get("title", "")))
+        if table.get("note"):
+            console.print(table["note"], markup=False)
 
 
 def show_run(run_dir: str) -> None:

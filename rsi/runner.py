@@ -112,7 +112,10 @@ class Run:
             m = ScoreMatrix.from_table(test)
             algo.decide("test", promoted.snapshot_id, promoted.parent_id, reason=f"test mean {m.mean():.4f}",
                         mean=m.mean(), tasks=len(m.task_ids))
+        extra = algo.after_test(promoted, test) if test is not None else None
         summary = self.summary(promoted, test, evaluator.stats(), time.monotonic() - t0)
+        if extra:
+            summary["algorithm_report"] = extra
         self.records.write_json("summary.json", summary)
         return summary
 

@@ -1,0 +1,357 @@
+"""meta-evolve: evolve the tree search's node-selection rule (specs/meta.md).
+
+The outer artifact is the value of a decision slot (``policy.py`` of a ``policy`` target); one
+outer rollout is one whole inner search with that value; its score is the meta-reward. Each
+round:
+
+1. the proposer (the offline symbolic mutator, or an LLM reflector that sees the rule and the
+   incumbent's inner curves) writes ``candidates_per_round`` rules;
+2. each proposal is judged in one place (``validate_proposal``): an invalid one is counted in
+   ``invalid_proposals`` and yields no candidate, never a replacement;
+3. every valid candidate is measured on the gate hold-out (train), all of them concurrently,
+   paired by instance and seed against the incumbent; ``paired_gate`` accepts only a gain that
+   is positive and at least ``z_gate`` standard errors;
+4. a gate-passing candidate must confirm its gain on the oracle set (dev, fresh instances)
+   before it becomes the incumbent; of several, the one with the largest confirmed gain wins.
+
+Every round prints one line (proposals, best gain ± SE, decision, elapsed) and records its
+figures, so a run is never silent between its plan and its summary. After the runner's single
+test measurement, ``after_test`` writes the validation report (``algorithms.meta.validation``).
+
+Differences from the seed: proposals of a round are gated concurrently on the cluster (not one
+per sweep); merge/conflict resolution of several accepted rules is not done (one incumbent per
+round); the gate statistic is a paired z-test, not the engine's Beta-posterior gate.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from algorithms.meta import _prompts
+from algorithms.meta.benchmark import MetaBenchmark
+from algorithms.meta.mutate import mutate_priority
+from algorithms.meta.params import MetaEvolveParams
+from algorithms.meta.stats import GateResult, paired_gate
+from algorithms.meta.target import POLICY_FILE, SLOT, defines_policy_class, value_kind
+from algorithms.meta.values import validate_proposal
+from algorithms.slots import slot
+from rsi.algorithm import Algorithm
+from rsi.errors import ConfigError
+from rsi.results import Request, ScoreMatrix
+from rsi.snapshot import Snapshot
+
+
+@dataclass
+class Candidate:
+    text: str
+    snapshot: Snapshot
+    gate: GateResult | None = None
+    oracle: GateResult | None = None
+    refs: dict | None = None
+    scores: list | None = None
+
+
+def figures(g: GateResult | None, prefix: str = "") -> dict:
+    """A gate result as decision-record fields (an unknown SE is recorded as null)."""
+    if g is None:
+        return {}
+    fin = lambda v: float(v) if math.isfinite(v) else None  # noqa: E731
+    return {f"{prefix}gain": fin(g.mean_gain), f"{prefix}se": fin(g.se), f"{prefix}z": fin(g.z),
+            f"{prefix}n": g.n, f"{prefix}wins": g.wins, f"{prefix}losses": g.losses}
+
+
+def fmt_gate(g: GateResult) -> str:
+    return (f"gain {g.mean_gain:+.4f} ± {g.se:.4f} (z {g.z:.1f}, {g.wins}/{g.losses} wins/losses "
+            f"over {g.n} pairs)")
+
+
+def extract_rule(reply: str) -> str:
+    """The last fenced code block of a reply, else the reply itself (the gate then judges it)."""
+    blocks = re.findall(r"```(?:python|py)?[ \t]*\n(.*?)```", reply, flags=re.S)
+    return (blocks[-1] if blocks else reply).strip() + "\n"
+
+
+class MetaEvolve(Algorithm):
+    Params = MetaEvolveParams
+    requires_splits = ("train", "dev", "test")
+
+    # ---- startup validation ------------------------------------------------------------------
+    @classmethod
+    def check_config(cls, resolved) -> None:
+        p, run = resolved.algo_params, resolved.run
+        try:
+            slot(p.slot)
+        except ConfigError as exc:
+            raise ConfigError(f"algorithm.slot: {exc}") from None
+        if p.slot != SLOT:
+            raise ConfigError(f"algorithm.slot: {p.slot!r} is a decision slot, but the meta benchmarks run tree "
+                              f"searches, which consult only {SLOT}")
+        if run.target.kind != "policy":
+            raise ConfigError(f"target.kind: the meta loop evolves a decision rule; use kind policy "
+                              f"(e.g. targets/meta_policy), not {run.target.kind!r}")
+        if p.proposer == "llm":
+            if resolved.worker_cfg is None:
+                raise ConfigError("algorithm.worker: proposer llm needs a worker (type llm) to write the rules")
+            return
+        if resolved.worker_cfg is not None:
+            raise ConfigError("algorithm.worker: proposer symbolic uses no worker; remove the worker block "
+                              "or set algorithm.proposer: llm")
+        rule = resolved.target_dir() / (run.target.entry or POLICY_FILE)
+        if rule.is_file() and defines_policy_class(rule.read_text(errors="replace")):
+            raise ConfigError(f"algorithm.proposer: symbolic mutates the narrow priority face, and {rule.name} "
+                              f"holds a class Policy; use proposer llm")
+
+    @classmethod
+    def check_benchmark(cls, benchmark, params=None) -> None:
+        if not isinstance(benchmark, MetaBenchmark):
+            raise ConfigError(f"benchmark {benchmark.name!r}: the meta loop needs a meta benchmark "
+                              f"(meta_landscape, meta_binpack)")
+        super().check_benchmark(benchmark, params)
+
+    # ---- the loop ------------------------------------------------------------------------------
+    def __init__(self, ctx, params: MetaEvolveParams):
+        super().__init__(ctx, params)
+        self.p = params
+        self.entry = ctx.config.run.target.entry or POLICY_FILE
+        self.train_ids = ctx.evaluator.split_ids("train")
+        self.dev_ids = ctx.evaluator.split_ids("dev")
+        self.incumbent = ctx.seed_snapshot
+        self.incumbent_refs: dict = {}
+        self.incumbent_scores: list[float] = []
+        self.round = 0
+        self.invalid_proposals = 0
+        self.repeats = 0
+        self.admitted: list[str] = []
+        self.seen = {self.rule(self.incumbent)}
+        self.history: list[dict] = []
+
+    def run(self) -> Snapshot:
+        if self.round == 0:
+            self.measure_seed()
+        while self.round < self.p.max_rounds and not self.over_budget():
+            self.round += 1
+            self.step = self.round
+            self.one_round()
+            self.save_state()
+        return self.promote(self.incumbent, f"incumbent after {self.round} rounds ({len(self.admitted)} admitted, "
+                                            f"{self.invalid_proposals} invalid proposals)",
+                            rounds=self.round, admitted=self.admitted, invalid_proposals=self.invalid_proposals,
+                            repeats=self.repeats, rule=self.rule(self.incumbent))
+
+    def measure_seed(self) -> None:
+        table, = self.ctx.evaluator.evaluate_many([Request(self.incumbent, "train", salt="gate")], label="seed")
+        self.incumbent_scores = self.vector(table, self.train_ids)
+        self.incumbent_refs = self.refs(table)
+        info = self.ctx.benchmark.describe()
+        self.decide("seed", self.incumbent.snapshot_id, None, accepted=True,
+                    reason=f"seed rule: hold-out mean {np.mean(self.incumbent_scores):.4f} over "
+                           f"{len(self.train_ids)} pairs of {info['source']} (oracle {len(self.dev_ids)} pairs, "
+                           f"budget {info['budget']}, reward {info['reward']})",
+                    mean=float(np.mean(self.incumbent_scores)), n=len(self.train_ids), **info)
+        self.save_state()
+
+    def one_round(self) -> None:
+        t0 = time.monotonic()
+        texts = self.propose(self.rule(self.incumbent))
+        invalid_before, repeats_before = self.invalid_proposals, self.repeats
+        cands = [c for c in (self.candidate(t) for t in texts) if c is not None]
+        self.gate(cands)
+        confirmed = self.confirm([c for c in cands if c.gate.accepted])
+        parent = self.incumbent
+        best = max(confirmed, key=lambda c: c.oracle.mean_gain) if confirmed else None
+        if best is not None:
+            self.decide("admit", best.snapshot.snapshot_id, parent.snapshot_id, accepted=True,
+                        reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
+                               f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
+                        round=self.round, **figures(best.gate), **figures(best.oracle, "oracle_"),
+                        rule=best.text)
+            self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
+            self.admitted.append(best.snapshot.snapshot_id)
+        top = max(cands, key=lambda c: c.gate.z) if cands else None
+        decision = (f"admitted {best.snapshot.snapshot_id}" if best else
+                    "not confirmed on the oracle set" if any(c.gate.accepted for c in cands) else
+                    "nothing passed the gate")
+        shown = f"best {fmt_gate(top.gate)}" if top else "no candidate measured"
+        elapsed = time.monotonic() - t0
+        self.decide("round", self.incumbent.snapshot_id, parent.snapshot_id, accepted=best is not None,
+                    reason=f"round {self.round}/{self.p.max_rounds}: {len(texts)} proposed, {len(cands)} measured, "
+                           f"{self.invalid_proposals - invalid_before} invalid, {self.repeats - repeats_before} "
+                           f"repeated; {shown}; {decision}; {elapsed:.1f}s",
+                    round=self.round, proposed=len(texts), measured=len(cands),
+                    invalid=self.invalid_proposals - invalid_before, invalid_proposals=self.invalid_proposals,
+                    repeated=self.repeats - repeats_before, admitted=best.snapshot.snapshot_id if best else None,
+                    elapsed_s=round(elapsed, 3), **figures(top.gate if top else None, "best_"))
+
+    # ---- proposals -----------------------------------------------------------------------------
+    def propose(self, source: str) -> list[str]:
+        n = self.p.candidates_per_round
+        if self.p.proposer == "symbolic":
+            return [mutate_priority(source, self.rng) for _ in range(n)]
+        prompts = [self.reflect_prompt(source, i + 1, n) for i in range(n)]
+        for i, prompt in enumerate(prompts):
+            self.record_prompt(f"reflect-{i + 1}", prompt)
+        return [extract_rule(reply) for reply, _usage in self.ctx.workers.ask_many(prompts)]
+
+    def candidate(self, text: str) -> Candidate | None:
+        """The one place a proposal is judged; what fails yields no candidate and is counted."""
+        ok, reason = validate_proposal(value_kind(text), text)
+        if not ok:
+            self.invalid_proposals += 1
+            self.decide("invalid", None, self.incumbent.snapshot_id, accepted=False, reason=reason[:300],
+                        round=self.round, invalid_proposals=self.invalid_proposals, proposal=text[:4000])
+            return None
+        if text in self.seen:  # a valid rule measured before: nothing new to learn from it
+            self.repeats += 1
+            return None
+        self.seen.add(text)
+        with self.incumbent.check_out() as checkout:
+            (checkout / self.entry).write_text(text)
+            child = self.commit(self.incumbent, checkout, round=self.round)
+        return Candidate(text, child) if child is not None else None
+
+    # ---- gates ---------------------------------------------------------------------------------
+    def gate(self, cands: list[Candidate]) -> None:
+        """Incumbent and every candidate on the hold-out, concurrently; paired by (instance, seed)."""
+        if not cands:
+            return
+        reqs = [Request(self.incumbent, "train", salt="gate")]
+        reqs += [Request(c.snapshot, "train", salt="gate") for c in cands]
+        tables = self.ctx.evaluator.evaluate_many(reqs, label=f"round {self.round}: gate")
+        base = self.vector(tables[0], self.train_ids)
+        for c, table in zip(cands, tables[1:]):
+            c.scores, c.refs = self.vector(table, self.train_ids), self.refs(table)
+            c.gate = paired_gate(base, c.scores, self.p.z_gate)
+            verdict = ("passes the gate" if c.gate.accepted else
+                       f"positive but under {self.p.z_gate:g} SE" if c.gate.mean_gain > 0 else "no gain")
+            self.decide("screen", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.gate.accepted,
+                        reason=f"{fmt_gate(c.gate)}: {verdict}", round=self.round, level="gate",
+                        z_gate=self.p.z_gate, failed=self.failed(table), **figures(c.gate), rule=c.text)
+            self.history.append({"round": self.round, "snapshot_id": c.snapshot.snapshot_id, "rule": c.text,
+                                 **figures(c.gate), "accepted": c.gate.accepted})
+
+    def confirm(self, passed: list[Candidate]) -> list[Candidate]:
+        """A gate pass becomes the incumbent only if the gain holds on fresh oracle instances."""
+        if not passed:
+            return []
+        reqs = [Request(self.incumbent, "dev", salt="oracle")] + [Request(c.snapshot, "dev", salt="oracle")
+                                                                  for c in passed]
+        tables = self.ctx.evaluator.evaluate_many(reqs, label=f"round {self.round}: confirm")
+        base = self.vector(tables[0], self.dev_ids)
+        for c, table in zip(passed, tables[1:]):
+            c.oracle = paired_gate(base, self.vector(table, self.dev_ids), self.p.z_gate)
+            self.decide("confirm", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.oracle.accepted,
+                        reason=f"oracle {fmt_gate(c.oracle)}: {'confirmed' if c.oracle.accepted else 'not confirmed'}",
+                        round=self.round, level="oracle", z_gate=self.p.z_gate, **figures(c.oracle))
+        outcome = {c.snapshot.snapshot_id: c.oracle.accepted for c in passed}
+        for h in self.history:
+            if h["snapshot_id"] in outcome:
+                h["confirmed"] = outcome[h["snapshot_id"]]
+        return [c for c in passed if c.oracle.accepted]
+
+    # ---- pieces ----------------------------------------------------------------------------------
+    def rule(self, snapshot: Snapshot) -> str:
+        return snapshot.text(self.entry)
+
+    @staticmethod
+    def vector(table, ids: list[str]) -> list[float]:
+        means = ScoreMatrix.from_table(table, ids).avg_at_k()
+        return [means[t] for t in ids]
+
+    @staticmethod
+    def refs(table) -> dict:
+        return {t: r for t, r in zip(table["task_id"].to_pylist(), table["trace_ref"].to_pylist()) if r}
+
+    @staticmethod
+    def failed(table) -> int:
+        return sum(s != "ok" for s in table["status"].to_pylist())
+
+    def over_budget(self) -> bool:
+        """The run's model budget (``budget.max_calls`` / ``max_cost_usd``) stops new proposals."""
+        why = self.budget_exhausted() if self.p.proposer == "llm" else None
+        if why:
+            self.decide("budget", self.incumbent.snapshot_id, None, accepted=False, reason=why, usage=self.usage())
+        return why is not None
+
+    def rule_snapshot(self, text: str) -> Snapshot:
+        """The seed's tree with another rule (the c-sweep's hand-tuned rules); not a proposal."""
+        seed = self.ctx.seed_snapshot
+        if self.rule(seed) == text:
+            return seed
+        with seed.check_out() as checkout:
+            (checkout / self.entry).write_text(text)
+            snap = seed.commit(checkout, "*")
+        self.ctx.records.put_snapshot(snap)
+        return snap
+
+    # ---- the reflector's prompt ------------------------------------------------------------------
+    def reflect_prompt(self, source: str, index: int, count: int) -> str:
+        budget = self.ctx.benchmark.params.budget
+        every = max(1, budget // 12)
+        return _prompts.REFLECT.substitute(
+            budget=budget, reward=self.ctx.benchmark.params.reward, describe=value_kind(source).describe(),
+            incumbent=source.strip(), every=every, traces=self.traces_evidence(every), pairs=len(self.train_ids),
+            z_gate=self.p.z_gate, history=self.history_evidence(), index=index, count=count)
+
+    def traces_evidence(self, every: int) -> str:
+        """Curves of the incumbent's searches, from its worst to its best hold-out pair."""
+        if not self.incumbent_refs or self.p.traces_in_prompt == 0:
+            return "(no traces recorded)"
+        scored = sorted((s, t) for s, t in zip(self.incumbent_scores, self.train_ids) if t in self.incumbent_refs)
+        k = min(self.p.traces_in_prompt, len(scored))
+        picks = [scored[round(i * (len(scored) - 1) / max(1, k - 1))] for i in range(k)] if scored else []
+        lines = []
+        for score, task_id in picks:
+            try:
+                trace = self.ctx.records.read_trace(self.incumbent_refs[task_id])
+            except (OSError, ValueError, IndexError, KeyError):
+                continue
+            curve = trace.get("curve", [])[::every]
+            detail = trace.get("detail", {})
+            lines.append(f"- {task_id}: meta-reward {score:.4f}; curve {curve}; tree nodes {detail.get('nodes')}, "
+                         f"max depth {detail.get('max_depth')}, rule faults {detail.get('faults')}")
+        return self.evidence("\n".join(lines), self.p.max_evidence_chars) if lines else "(no traces readable)"
+
+    def history_evidence(self) -> str:
+        out, used = [], 0
+        for h in reversed(self.history):
+            se = "?" if h["se"] is None else f"{h['se']:.4f}"
+            oracle = "" if "confirmed" not in h else ", confirmed" if h["confirmed"] else ", not confirmed"
+            line = (f"- round {h['round']}: gain {h['gain']:+.4f} ± {se}, "
+                    f"{'accepted' if h['accepted'] else 'rejected'}{oracle}\n```python\n{h['rule'].strip()}\n```")
+            if used + len(line) > self.p.max_evidence_chars:
+                out.append(f"[... {len(self.history) - len(out)} older candidates cut ...]")
+                break
+            out.append(line)
+            used += len(line)
+        return "\n".join(out) or "(none yet)"
+
+    # ---- after the runner's test measurement ---------------------------------------------------
+    def after_test(self, promoted: Snapshot, test_table) -> dict:
+        from algorithms.meta.validation import validation_report
+
+        return validation_report(self, promoted, test_table)
+
+    # ---- resume --------------------------------------------------------------------------------
+    def save_state(self) -> None:
+        state = {**self.get_state(), "round": self.round, "incumbent": self.incumbent.snapshot_id,
+                 "incumbent_refs": self.incumbent_refs, "incumbent_scores": self.incumbent_scores,
+                 "invalid_proposals": self.invalid_proposals, "repeats": self.repeats, "admitted": self.admitted,
+                 "seen": sorted(self.seen), "history": self.history,
+                 "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
+                 "decisions": len(self.ctx.records.decisions())}
+        self.ctx.records.write_json("state/latest.json", state)
+
+    def load_state(self, state: dict) -> None:
+        if "round" not in state:
+            return
+        self.set_state(state)
+        self.round = state["round"]
+        self.incumbent = self.ctx.records.get_snapshot(state["incumbent"])
+        self.incumbent_refs, self.incumbent_scores = state["incumbent_refs"], state["incumbent_scores"]
+        self.invalid_proposals, self.repeats = state["invalid_proposals"], state["repeats"]
+        self.admitted, self.seen, self.history = state["admitted"], set(state["seen"]), state["history"]
