@@ -4,19 +4,25 @@
 filesystem is visible), places read-only reference versions under relative paths, runs the
 worker, removes the references and returns the edited tree; the driver commits it. Actors
 restart on failure (``max_restarts``) and the driver retries the call once per restart.
+
+An edit session keeps one checkout on one actor across several ``edit`` calls, so a worker can
+review and revise its own files (ADAS reflections) before the tree is committed once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import stat
 import tempfile
 from pathlib import Path
+from typing import Iterator
 
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
+from rsi.errors import WorkerError
 from rsi.snapshot import Snapshot, _scan
 
 REF_DIR = ".rsi_refs"
@@ -28,6 +34,7 @@ class WorkerActor:
         from rsi.workers import worker_class
 
         self.worker = worker_class(worker_cfg.type)(worker_cfg, base_dir=Path(base_dir), seed=seed)
+        self.sessions: dict[str, Path] = {}
         if state:
             self.worker.set_state(state)
 
@@ -58,6 +65,53 @@ class WorkerActor:
 
     def get_state(self) -> dict:
         return self.worker.get_state()
+
+    def get_usage(self) -> dict:
+        return dict(vars(self.worker.usage))
+
+    # ---- sessions: several edits on one checkout ------------------------------------------
+    def open_session(self, parent: Snapshot) -> str:
+        work = Path(tempfile.mkdtemp(prefix="rsi-session-"))
+        parent.materialize(work)
+        self.sessions[work.name] = work
+        return work.name
+
+    def session_edit(self, session: str, prompt: str) -> tuple[str, dict]:
+        reply = self.worker.edit(self._session(session), prompt, None)
+        return reply, dict(vars(self.worker.usage))
+
+    def close_session(self, session: str, keep: bool = True):
+        """-> (tree, worker state), or None when ``keep`` is false; the checkout is removed."""
+        work = self._session(session)
+        del self.sessions[session]
+        try:
+            return (_scan(work), self.worker.get_state()) if keep else None
+        finally:
+            _writable(work)
+            shutil.rmtree(work, ignore_errors=True)
+
+    def _session(self, session: str) -> Path:
+        if session not in self.sessions:
+            # A restarted actor has lost its checkouts; the edits made in it are gone.
+            raise WorkerError(f"edit session {session} is gone (the worker actor restarted)")
+        return self.sessions[session]
+
+
+class EditSession:
+    """Driver-side handle of one session: ``edit`` as often as needed, then ``tree`` once."""
+
+    def __init__(self, actor, session: str):
+        self.actor, self.session, self.closed = actor, session, False
+
+    def edit(self, prompt: str) -> str:
+        reply, _usage = ray.get(self.actor.session_edit.remote(self.session, prompt))
+        return reply
+
+    def tree(self) -> dict:
+        """The edited tree {path: (bytes, executable)}; ends the session."""
+        self.closed = True
+        tree, _state = ray.get(self.actor.close_session.remote(self.session))
+        return tree
 
 
 def _read_only(root: Path) -> None:
@@ -99,6 +153,32 @@ class WorkerPool:
 
     def ask(self, i: int, prompt: str) -> tuple[str, dict]:
         return ray.get(self.actors[i % len(self.actors)].ask.remote(prompt))
+
+    def ask_many(self, prompts: list[str]) -> list[tuple[str, dict]]:
+        """Round-robin over the actors, each answering one call at a time (so at most
+        ``replicas`` are in flight); replies in prompt order, whatever order they finish in.
+        A failed call raises here."""
+        refs = [self.actors[i % len(self.actors)].ask.remote(p) for i, p in enumerate(prompts)]
+        return ray.get(refs)
+
+    @contextlib.contextmanager
+    def session(self, i: int, parent: Snapshot) -> Iterator[EditSession]:
+        """A checkout of ``parent`` kept on actor ``i`` across edits; removed on exit."""
+        actor = self.actors[i % len(self.actors)]
+        handle = EditSession(actor, ray.get(actor.open_session.remote(parent)))
+        try:
+            yield handle
+        finally:
+            if not handle.closed:
+                ray.get(actor.close_session.remote(handle.session, keep=False))
+
+    def usage(self) -> dict:
+        """Model usage of all replicas since they started: calls, tokens, cost."""
+        total = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+        for u in ray.get([a.get_usage.remote() for a in self.actors]):
+            for k in total:
+                total[k] += u.get(k, 0)
+        return total
 
     def states(self) -> list[dict]:
         return ray.get([a.get_state.remote() for a in self.actors])

@@ -8,6 +8,7 @@ budget, promotion, and state for resume. The runner does the single final test e
 from __future__ import annotations
 
 import random
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -113,6 +114,13 @@ class Algorithm:
         cut = len(text) - max_chars
         return f"[... {cut} earlier characters cut ...]\n" + text[cut:]
 
+    def record_prompt(self, role: str, text: str) -> str:
+        """Keep what a worker was shown beside the decisions, ``prompts/<step>-<role>.md``, so a
+        run can be audited for what evidence reached which call (test traces never do)."""
+        rel = f"prompts/{self.step:04d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', role)}.md"
+        self.ctx.records.write_bytes(rel, text.encode())
+        return rel
+
     def promote(self, snapshot: Snapshot, reason: str, **figures) -> Snapshot:
         self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason, **figures)
         return snapshot
@@ -125,9 +133,28 @@ class Algorithm:
         or None."""
         return None
 
+    def usage(self) -> dict:
+        """Model usage of the whole run, across resumes."""
+        now = self.ctx.workers.usage() if self.ctx.workers is not None else {}
+        base = getattr(self, "_usage_base", {})
+        keys = set(now) | set(base)
+        return {k: base.get(k, 0) + now.get(k, 0) for k in keys}
+
+    def budget_exhausted(self) -> str | None:
+        """Why new proposals must stop (``budget.max_cost_usd`` / ``max_calls``), or None."""
+        budget = self.ctx.config.run.budget
+        if budget.max_cost_usd is None and budget.max_calls is None:
+            return None
+        used = self.usage()
+        if budget.max_cost_usd is not None and used.get("cost_usd", 0.0) >= budget.max_cost_usd:
+            return f"budget: model spend ${used['cost_usd']:.4f} reached max_cost_usd {budget.max_cost_usd}"
+        if budget.max_calls is not None and used.get("calls", 0) >= budget.max_calls:
+            return f"budget: {used['calls']} model calls reached max_calls {budget.max_calls}"
+        return None
+
     # ---- resume --------------------------------------------------------------------------------
     def get_state(self) -> dict:
-        return {"step": self.step, "rng": _rng_state(self.rng)}
+        return {"step": self.step, "rng": rng_state(self.rng), "usage": self.usage()}
 
     def load_state(self, state: dict) -> None:
         """Resume from ``state/latest.json``; an algorithm without one restarts from its first
@@ -137,14 +164,15 @@ class Algorithm:
 
     def set_state(self, state: dict) -> None:
         self.step = state["step"]
-        self.rng.setstate(_rng_unstate(state["rng"]))
+        self._usage_base = state.get("usage", {})
+        self.rng.setstate(rng_unstate(state["rng"]))
 
 
-def _rng_state(rng: random.Random) -> list:
+def rng_state(rng: random.Random) -> list:
     version, internal, gauss = rng.getstate()
     return [version, list(internal), gauss]
 
 
-def _rng_unstate(state: list):
+def rng_unstate(state: list):
     version, internal, gauss = state
     return (version, tuple(internal), gauss)

@@ -114,6 +114,7 @@ class Run:
                         mean=m.mean(), tasks=len(m.task_ids))
         extra = algo.after_test(promoted, test) if test is not None else None
         summary = self.summary(promoted, test, evaluator.stats(), time.monotonic() - t0)
+        summary["usage"] = algo.usage()
         if extra:
             summary["algorithm_report"] = extra
         self.records.write_json("summary.json", summary)
