@@ -25,7 +25,13 @@ def resume_run(run_dir: str) -> dict:
     if not records.exists("run.json"):
         raise ConfigError(f"{run_dir}: no run.json; this run directory cannot be resumed")
     meta = records.read_json("run.json")
-    resolved = load_config(Path(meta["base_dir"]) / "config.yaml", raw=records.read_config())
+    base_dir = Path(meta["base_dir"])
+    if not base_dir.is_dir():
+        # A submitted run's paths resolved against the job's working directory, which Ray
+        # deletes; a resume (itself submitted from the config's directory) resolves them here.
+        log(f"resume: {base_dir} is gone; the config's relative paths resolve against {Path.cwd()}")
+        base_dir = Path.cwd()
+    resolved = load_config(base_dir / "config.yaml", raw=records.read_config())
     prepared = prepare(resolved)
     prepared.seed = records.get_snapshot(meta["seed_snapshot_id"])
     state = records.read_json("state/latest.json") if records.exists("state/latest.json") else {}

@@ -123,23 +123,31 @@ class LocalCluster:
         self.nodes: list[Node] = []
         self.head = self._start("head", head_cpus, {}, head=True)
 
-    def _start(self, name: str, num_cpus: int, resources: dict, head: bool = False, tries: int = 3) -> Node:
-        """Start one node and wait until it has registered. Nodes start one at a time: Ray gives a
-        starting raylet a fixed 30 s to register, which concurrent starts on a loaded 2-core
-        machine can miss; a node that missed it is started again."""
-        for attempt in range(tries):
-            node = self._spawn(name, num_cpus, resources, head)
-            deadline = time.monotonic() + 90
-            while node.alive and "Ray runtime started" not in self.log(node):
-                if time.monotonic() > deadline:
-                    kill_tree(node.proc)
-                    break
-                time.sleep(0.2)
-            if node.alive:
+    def _start(self, name: str, num_cpus: int, resources: dict, head: bool = False) -> Node:
+        return self._start_all([(name, num_cpus, resources)], head=head)[0]
+
+    def _start_all(self, specs: list[tuple[str, int, dict]], head: bool = False, tries: int = 3) -> list[Node]:
+        """Start nodes together and wait until each has registered. Ray gives a starting raylet
+        a fixed 30 s to register, which concurrent starts on a loaded 2-core machine can miss;
+        a node that missed it is started again, alone."""
+        spawned = [self._spawn(name, cpus, res, head) for name, cpus, res in specs]
+        started = []
+        for node, spec in zip(spawned, specs):
+            if self._registered(node):
                 self.nodes.append(node)
-                return node
+                started.append(node)
+                continue
             kill_tree(node.proc)
-        raise RuntimeError(f"ray start {name} failed {tries} times:\n{self.log(node)[-3000:]}")
+            if tries <= 1:
+                raise RuntimeError(f"ray start {node.name} failed:\n{self.log(node)[-3000:]}")
+            started += self._start_all([spec], head, tries - 1)
+        return started
+
+    def _registered(self, node: Node, timeout: float = 90) -> bool:
+        deadline = time.monotonic() + timeout
+        while node.alive and "Ray runtime started" not in self.log(node) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return node.alive and "Ray runtime started" in self.log(node)
 
     def _spawn(self, name: str, num_cpus: int, resources: dict, head: bool) -> Node:
         args = [str(BIN / "ray"), "start", "--block", "--disable-usage-stats",
@@ -162,6 +170,10 @@ class LocalCluster:
 
     def add_node(self, name: str, num_cpus: int = 1, resources: dict | None = None) -> Node:
         return self._start(name, num_cpus, resources or {})
+
+    def add_nodes(self, *specs: tuple[str, int, dict]) -> list[Node]:
+        """Worker nodes started together: ``("a", 1, {"pool_a": 2}), ...``."""
+        return self._start_all(list(specs))
 
     def log(self, node: Node) -> str:
         return (self.temp_dir / f"{node.name}.log").read_text(errors="replace")

@@ -144,8 +144,8 @@ def test_auth_token_is_found_where_ray_looks(tmp_path, monkeypatch):
 def cluster():
     c = LocalCluster(head_cpus=0)
     try:
-        c.add_node("a", num_cpus=1, resources={"pool_a": 2})
-        c.add_node("b", num_cpus=1, resources={"pool_b": 2})
+        # The last test kills "a"; the others need only "b".
+        c.add_nodes(("a", 1, {"pool_a": 2}), ("b", 1, {"pool_b": 2}))
         c.wait_ready()
         yield c
     finally:
@@ -222,12 +222,43 @@ def test_wrong_token_is_refused_with_a_clear_message(cluster, scenario, tmp_path
 
 
 @pytest.mark.slow
-def test_failed_job_exits_1_with_the_reason(cluster, undisturbed, scenario):
-    _, config = scenario
-    _, run_dir = undisturbed  # already holds a run: the job's `rsi run` refuses it
-    out = _submit(cluster.env, str(config), "--address", cluster.dashboard_url, "--run-dir", str(run_dir))
-    assert out.returncode == 1
-    assert "FAILED" in out.stderr and "rsi resume" in out.stdout + out.stderr, out.stderr[-2000:]
+def test_stopped_job_exits_1_and_resumes_as_a_job(cluster, scenario, undisturbed):
+    """The documented way back from a lost driver on a cluster: submit ``rsi resume`` from the
+    config's directory."""
+    from ray.job_submission import JobSubmissionClient
+
+    root, config = scenario
+    _, base_dir = undisturbed
+    run_dir = root / "runs" / "stopped"
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "submit", str(config), "--address", cluster.dashboard_url,
+                             "--run-dir", str(run_dir)], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    job_id = None
+    for line in proc.stdout:
+        if line.startswith("submitted job "):
+            job_id = line.split()[2]
+            break
+    assert job_id, proc.stderr.read()[-3000:]
+    client = JobSubmissionClient(cluster.dashboard_url, headers={"Authorization": f"Bearer {cluster.token}"})
+    deadline = time.monotonic() + 240
+    while not decisions(run_dir):
+        assert proc.poll() is None and time.monotonic() < deadline, "the run never made its first decision"
+        time.sleep(0.05)
+    client.stop_job(job_id)
+    rest, err = proc.communicate(timeout=120)
+    assert proc.returncode == 1, rest[-2000:] + err[-2000:]
+    assert f"job {job_id} STOPPED" in err, err[-2000:]
+    assert "promote" not in [d["kind"] for d in decisions(run_dir)], "stopped mid-run"
+
+    resume_id = client.submit_job(entrypoint=f"python -m rsi.cli resume {run_dir}",
+                                  runtime_env={"working_dir": str(root), "excludes": ["runs"]})
+    while str(client.get_job_status(resume_id)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        assert time.monotonic() < deadline + 120, "the resume job did not end"
+        time.sleep(0.5)
+    assert str(client.get_job_status(resume_id)) == "SUCCEEDED", client.get_job_logs(resume_id)[-3000:]
+    assert comparable(decisions(run_dir)) == comparable(decisions(base_dir))
+    keys = rollout_keys(run_dir)
+    assert len(keys) == len(set(keys)) and sorted(keys) == sorted(rollout_keys(base_dir))
 
 
 @pytest.mark.slow
@@ -235,8 +266,7 @@ def test_node_killed_mid_evaluation_loses_and_repeats_nothing(cluster, scenario,
     root, config = scenario
     base_out, base_dir = undisturbed
     assert base_out.returncode == 0
-    victim = cluster.add_node("victim", num_cpus=1)
-    cluster.wait_ready()
+    victim = next(n for n in cluster.nodes if n.name == "a")
     run_dir = root / "runs" / "disturbed"
     proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "submit", str(config), "--address", cluster.dashboard_url,
                              "--run-dir", str(run_dir)], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE,
