@@ -122,8 +122,9 @@ class Evaluator:
     def _batch_size(self, n: int) -> int:
         if self.config.batch_size:
             return self.config.batch_size
-        if self.batch_hint:
-            return max(1, min(self.batch_hint, math.ceil(n / (self.cpus * 2))))
+        if self.batch_hint:  # equal batches, a whole number per CPU, none over the hint: no lone tail batch
+            per_cpu = math.ceil(n / self.cpus)
+            return max(1, math.ceil(per_cpu / math.ceil(per_cpu / self.batch_hint)))
         slots = self.cpus if self.config.num_cpus >= 1 else self.cpus * 4
         return max(1, min(8, math.ceil(n / (slots * 4))))
 

@@ -73,6 +73,8 @@ def test_symbolic_rounds_record_gate_figures_and_end_with_validation(tmp_path, r
     assert len(of(decisions, "confirm")) == sum(d["accepted"] for d in screens)
     promote, = of(decisions, "promote")
     assert promote["snapshot_id"] == summary["snapshot_id"]
+    if any(d["se"] for d in screens):  # the hold-out a +0.01 gain would need at the measured paired sd
+        assert promote["holdout_for_gain"]["0.01"] >= 2 and "pairs (this gate holds 12)" in promote["reason"]
     assert [d["kind"] for d in decisions[-3:]] == ["promote", "test", "validate"]
 
     report = json.loads((records.local_path() / "meta_report.json").read_text())

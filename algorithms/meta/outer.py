@@ -36,7 +36,7 @@ from algorithms.meta import _prompts
 from algorithms.meta.benchmark import MetaBenchmark
 from algorithms.meta.mutate import mutate_priority
 from algorithms.meta.params import MetaEvolveParams
-from algorithms.meta.stats import GateResult, paired_gate
+from algorithms.meta.stats import GateResult, paired_gate, required_holdout
 from algorithms.meta.target import POLICY_FILE, SLOT, defines_policy_class, value_kind
 from algorithms.meta.values import validate_proposal
 from algorithms.slots import slot
@@ -138,10 +138,24 @@ class MetaEvolve(Algorithm):
             self.step = self.round
             self.one_round()
             self.save_state()
+        sizing = self.holdout_sizing()
+        advice = "" if not sizing else (
+            f"; median paired sd {sizing['paired_sd']:.4f}: a +0.01 gain at z {self.p.z_gate:g} needs "
+            f"{sizing['holdout_for_gain']['0.01']} pairs (this gate holds {len(self.train_ids)})")
         return self.promote(self.incumbent, f"incumbent after {self.round} rounds ({len(self.admitted)} admitted, "
-                                            f"{self.invalid_proposals} invalid proposals)",
+                                            f"{self.invalid_proposals} invalid proposals){advice}",
                             rounds=self.round, admitted=self.admitted, invalid_proposals=self.invalid_proposals,
-                            repeats=self.repeats, rule=self.rule(self.incumbent))
+                            repeats=self.repeats, rule=self.rule(self.incumbent), **sizing)
+
+    def holdout_sizing(self) -> dict:
+        """The seed's first lesson, measured: how many hold-out pairs a gain needs at this run's
+        paired sd (the median over measured candidates that differed from their incumbent)."""
+        sds = [h["se"] * math.sqrt(h["n"]) for h in self.history if h.get("se")]
+        if not sds:
+            return {}
+        sd = float(np.median(sds))
+        return {"paired_sd": sd, "holdout_for_gain": {f"{g:g}": required_holdout(sd, g, self.p.z_gate)
+                                                      for g in (0.005, 0.01, 0.02)}}
 
     def measure_seed(self) -> None:
         table, = self.ctx.evaluator.evaluate_many([Request(self.incumbent, "train", salt="gate")], label="seed")
