@@ -6,6 +6,7 @@ a Ray start or a model call exists (ConfigError: the CLI prints one line and exi
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from dataclasses import dataclass
@@ -75,6 +76,23 @@ class Run:
         self.resume_state = resume_state
 
     def execute(self) -> dict:
+        with contextlib.ExitStack() as stack:
+            return self._execute(self._served_target(stack))
+
+    def _served_target(self, stack: contextlib.ExitStack):
+        """A target whose own model is ``provider: local`` gets a model server on this machine
+        for the length of the run (its rollouts must then run here too: ``ray.address: local``)."""
+        model = self.p.config.run.target.model
+        if not model or model.get("provider") != "local" or model.get("base_url"):
+            return self.p.target
+        from rsi.llm import LLMConfig, serve
+
+        served = stack.enter_context(serve(LLMConfig.model_validate(model), self.p.config.base_dir))
+        log(f"local model server for the target: {served.base_url}")
+        tcfg = self.p.config.run.target.model_copy(update={"model": served.model_dump(exclude_none=True)})
+        return target_class(tcfg.kind)(tcfg, self.p.benchmark)
+
+    def _execute(self, target) -> dict:
         from actors.client import EvaluatorClient
         from cluster.connect import connect
 
@@ -82,7 +100,7 @@ class Run:
         log(f"run directory: {self.records.uri}")
         t0 = time.monotonic()
         connect(cfg.run.ray)
-        evaluator = EvaluatorClient.start(self.run_id, self.p.target, cfg.run.evaluator, cfg.run.seed,
+        evaluator = EvaluatorClient.start(self.run_id, target, cfg.run.evaluator, cfg.run.seed,
                                           cfg.run.target.deterministic, self.records)
         state = self.resume_state or {}
         workers = None

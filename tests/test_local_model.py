@@ -76,3 +76,17 @@ def test_miniagent_answers_qa_tasks_through_smollm2(served):
     assert 0.0 <= mean <= 1.0
     # A real model reading the prefetched documents: some replies carry the right answer.
     assert sum(contains) >= 1
+
+
+def test_runner_serves_the_local_model_for_a_miniagent_run(tmp_path, ray_session):
+    """configs/miniagent_local.yaml end to end: the runner starts the server, MiniAgent answers
+    through it in sandboxed subprocesses, and real scores land in the run directory."""
+    from rsi.runner import start_run
+
+    config = Path(__file__).resolve().parents[1] / "configs" / "miniagent_local.yaml"
+    run = start_run(str(config), [("benchmark.limit", "2"), ("storage", str(tmp_path))])
+    summary = run.execute()
+    rows = run.records.rollouts().to_pylist()
+    assert rows and all(r["status"] == "ok" for r in rows), [(r["task_id"], r["status"]) for r in rows]
+    assert {"train", "dev", "test"} <= set(summary["means"])
+    assert all(0.0 <= v <= 1.0 for v in summary["means"].values())
