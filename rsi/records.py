@@ -2,6 +2,7 @@
 
 Layout: ``config.yaml`` (redacted), ``decisions.jsonl``, ``rollouts/*.parquet``, ``traces/``,
 ``blobs/`` (content store) + ``snapshots/*.json`` (manifests), ``archive.jsonl``,
+``prompts/`` (every prompt a worker was shown, for audit),
 ``state/`` (algorithm state per step, for resume), ``summary.json``.
 
 Every decision line is flushed and fsynced (local storage) before the decision is acted on,
