@@ -3,6 +3,7 @@ known in advance, so each gate is checked decision by decision through the real 
 
 from __future__ import annotations
 
+import os
 import shutil
 import textwrap
 from pathlib import Path
@@ -12,10 +13,14 @@ import pytest
 import yaml
 
 from rsi.cli import main
+from rsi.scripted_server import ScriptedServer
 from rsi.records import RunRecords
 from rsi.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]
+KEY = "sk-darwinx-test-key-0123456789"
+# Ray worker processes see only the environment from before Ray starts: set it at import.
+os.environ["RSI_TEST_DARWINX_KEY"] = KEY
 
 
 def scenario(tmp_path: Path, table: dict, edits: list[dict], algorithm: dict, ask_reply: str = "learned") -> Path:
@@ -177,3 +182,53 @@ def test_bad_parameters_exit_2(tmp_path, capsys, override, needle):
     err = capsys.readouterr().err
     assert needle in err, err
     assert not (tmp_path / "runs").exists()
+
+
+def test_agent_worker_edits_the_directory_through_its_write_tool(tmp_path, ray_session):
+    """The built-in coding agent against the scripted model server (real openai SDK)."""
+    def call(name, **arguments):
+        return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5, "x1": 0.0}, "v1": {"t1": 1.0, "t2": 0.5, "t3": 0.5, "x1": 1.0}}}
+    steps = [call("read_file", path="VERSION"), call("write_file", path="VERSION", content="v1\n"),
+             call("finish", summary="answer v1"), "v1 fixed t1; keep it"]
+    with ScriptedServer(steps, api_key=KEY) as srv:
+        path = scenario(tmp_path, table, [], {"max_steps": 1, "merge_every": 0})
+        cfg = yaml.safe_load(path.read_text())
+        cfg["algorithm"]["worker"] = {"type": "agent", "llm": {
+            "provider": "openai", "model": "scripted-model", "base_url": srv.base_url,
+            "api_key_env": "RSI_TEST_DARWINX_KEY", "retry_backoff_s": 0.01}}
+        path.write_text(yaml.safe_dump(cfg))
+        decisions, summary, records = run(path)
+        prompt = srv.requests[0]["body"]["messages"][-1]["content"]
+    confirm, = of(decisions, "confirm")
+    assert confirm["accepted"] is True
+    assert records.get_snapshot(confirm["snapshot_id"]).text("VERSION") == "v1\n"
+    assert summary["snapshot_id"] == confirm["snapshot_id"] and summary["means"]["test"] == 1.0
+    assert "Preservation contract" in prompt and "| version | `VERSION` |" in prompt
+    promote, = of(decisions, "promote")
+    assert promote["archive"][1]["learning"] == "v1 fixed t1; keep it"
+    for f in records.local_path().rglob("*"):
+        if f.is_file():
+            assert KEY.encode() not in f.read_bytes(), f
+
+
+@pytest.mark.slow
+def test_quickstart_runs_end_to_end_at_a_reduced_size(tmp_path, ray_session):
+    """configs/quickstart.yaml itself (mutator worker, bin packing), two rounds, small splits."""
+    r = start_run(str(REPO / "configs" / "quickstart.yaml"),
+                  [("algorithm.max_steps", "4"), ("benchmark.limit", "2"), ("algorithm.merge_every", "2")],
+                  run_dir=str(tmp_path / "qs"))
+    summary = r.execute()
+    decisions = r.records.decisions()
+    kinds = [d["kind"] for d in decisions]
+    assert kinds[0] == "seed" and kinds[-2:] == ["promote", "test"]
+    assert {d["step"] for d in decisions if d["kind"] in ("screen", "decline", "merge")} <= {1, 2, 3, 4}
+    edited = [d for d in decisions if d["kind"] == "screen"]
+    for d in edited:
+        child = r.records.get_snapshot(d["snapshot_id"])
+        assert child.parent_id == d["parent_id"]
+        assert r.records.get_snapshot(d["parent_id"]).changed_paths(child) == ["heuristic.py"]
+    report = {row["dataset"]: row for row in summary["test_report"]}
+    assert set(report) == {"OR1"} and report["OR1"]["best_fit_pct"] is not None
