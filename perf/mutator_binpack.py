@@ -1,13 +1,20 @@
 """Study: does the offline mutator alone find online bin-packing heuristics better than best fit?
 
 A (1+1) hill climb: start from best fit, let ``MutatorWorker.edit`` change a checkout of the
-current heuristic, measure the child on a few small Weibull instances (FunSearch's benchmark:
-capacity 100, items ~ Weibull(scale 45, shape 3) clipped to 100 and cast to int), keep it when
-it uses no more bins. The figure of merit is excess bins over the L1 lower bound
-``ceil(sum(items) / capacity)``, in percent: on training instances while searching, then on
-held-out 5 x 5000-item instances for the final heuristic.
+current heuristic, measure the child on a few generated Weibull instances (FunSearch's
+distribution: capacity 100, items ~ Weibull(scale 45, shape 3) clipped to 100, cast to int),
+keep it only when it uses fewer bins (strict, like DarwinX's ``gain > 0``). Packing is the
+benchmark's own loop (``benchmarks/binpack/online.py``, the paper's skeleton). The figure of
+merit is excess bins over the L1 bound, sum(bins - L1) / sum(L1) in percent: on the training
+instances while searching, then on the published Weibull 5k test set for the final heuristic.
 
-    .venv/bin/python perf/mutator_binpack.py --evals 200 --runs 6 --jobs 2
+    .venv/bin/python perf/mutator_binpack.py --evals 200 --runs 8 --jobs 2
+
+Measured with the defaults (max_ops 3, constant_scale 10; 4 training instances of 1000 items,
+best fit 4.44% on them and 3.98% on Weibull 5k test): all 8 climbs got below best fit, the first
+improvement after 19-164 evaluations (median ~90); after 200 evaluations the Weibull 5k test
+excess was 1.09, 1.35, 1.41, 1.88, 2.41, 2.66, 3.29, 3.89% (median 2.1%). With max_ops 2, 5 of 6
+climbs found nothing in 200 evaluations: compound edits matter.
 """
 
 from __future__ import annotations
@@ -23,6 +30,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.binpack.instances import load_test_set, sample_items
+from benchmarks.binpack.online import l1_bound, pack
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
@@ -36,42 +45,30 @@ def priority(item, bins):
 '''
 
 
-def weibull_items(n: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    return np.clip(45.0 * rng.weibull(3.0, n), 0, CAPACITY).astype(int)
+def train_instances(count: int, items: int) -> list[list[int]]:
+    """Fixed small training instances, drawn apart from the benchmark's own train seeds."""
+    return [sample_items("weibull", np.random.default_rng(90_000 + i), items).tolist() for i in range(count)]
 
 
-def pack(priority, items: np.ndarray, capacity: int = CAPACITY) -> int:
-    """Bins used. Only open bins plus one empty bin are offered: for an elementwise priority
-    that is the same choice as offering every empty bin (they tie and the lowest index wins)."""
-    residual = np.full(len(items) + 1, float(capacity))
-    used = 0
-    for item in items:
-        fits = np.nonzero(residual[: used + 1] >= item)[0]
-        scores = np.asarray(priority(item, residual[fits]), dtype=float)
-        choice = fits[int(np.argmax(np.broadcast_to(scores, fits.shape)))]
-        residual[choice] -= item
-        used += choice == used
-    return used
+def test_instances() -> list[list[int]]:
+    return [task.input["items"] for task in load_test_set("Weibull 5k")]
 
 
-def excess(source: str, instances: list[np.ndarray]) -> float:
-    """Mean percent of bins over the L1 bound; inf for a heuristic that crashes."""
+def excess(source: str, instances: list[list[int]]) -> float:
+    """Percent excess bins over the L1 bound; inf for a heuristic that crashes."""
     namespace: dict = {}
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
             exec(compile(source, "heuristic.py", "exec"), namespace)
-            ratios = []
-            for items in instances:
-                bound = np.ceil(items.sum() / CAPACITY)
-                ratios.append((pack(namespace["priority"], items) - bound) / bound)
+            used = sum(np.unique(pack(items, CAPACITY, namespace["priority"])).size for items in instances)
     except Exception:  # a candidate's failure is a score, not a crash of the study
         return float("inf")
-    return 100.0 * float(np.mean(ratios))
+    bound = sum(l1_bound(items, CAPACITY) for items in instances)
+    return 100.0 * (used - bound) / bound
 
 
-def climb(run: int, evals: int, train: list[np.ndarray], config: MutatorWorker.Config) -> tuple[str, list[float]]:
+def climb(run: int, evals: int, train: list[list[int]], config: MutatorWorker.Config) -> tuple[str, list[float]]:
     """Best source found and the best-so-far training excess after each evaluation."""
     worker = MutatorWorker(config, base_dir=Path("."), seed=run)
     best, best_score, curve = SEED_SOURCE, excess(SEED_SOURCE, train), []
@@ -92,8 +89,7 @@ def climb(run: int, evals: int, train: list[np.ndarray], config: MutatorWorker.C
 
 def study(args, run: int) -> str:
     """One climb, as a table row followed by the heuristic it ended with."""
-    train = [weibull_items(args.items, seed) for seed in range(args.train)]
-    test = [weibull_items(5000, 1000 + seed) for seed in range(5)]
+    train, test = train_instances(args.train, args.items), test_instances()
     config = MutatorWorker.Config(type="mutator", constant_scale=args.scale, max_ops=args.max_ops)
     start = time.perf_counter()
     best, curve = climb(run, args.evals, train, config)
@@ -107,17 +103,16 @@ def study(args, run: int) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--evals", type=int, default=200)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--jobs", type=int, default=1, help="climbs in parallel processes")
+    parser.add_argument("--runs", type=int, default=8)
+    parser.add_argument("--jobs", type=int, default=2, help="climbs in parallel processes")
     parser.add_argument("--train", type=int, default=4, help="training instances")
     parser.add_argument("--items", type=int, default=1000, help="items per training instance")
     parser.add_argument("--scale", type=float, default=10.0, help="mutator constant_scale")
     parser.add_argument("--max-ops", type=int, default=3, help="mutator max_ops")
     args = parser.parse_args()
-    train = [weibull_items(args.items, seed) for seed in range(args.train)]
-    test = [weibull_items(5000, 1000 + seed) for seed in range(5)]
-    print(f"best fit: train {excess(SEED_SOURCE, train):.2f}%  held-out Weibull 5k {excess(SEED_SOURCE, test):.2f}%")
-    print("| run | first eval below best fit | train @50 | @100 | @200 | held-out 5k | seconds |")
+    train, test = train_instances(args.train, args.items), test_instances()
+    print(f"best fit: train {excess(SEED_SOURCE, train):.2f}%  Weibull 5k test {excess(SEED_SOURCE, test):.2f}%")
+    print("| run | first eval below best fit | train @50 | @100 | @200 | Weibull 5k test | seconds |")
     print("| --- | --- | --- | --- | --- | --- | --- |", flush=True)
     with ProcessPoolExecutor(args.jobs) as pool:
         for row in pool.map(partial(study, args), range(args.runs)):

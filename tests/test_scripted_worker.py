@@ -2,6 +2,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from pydantic import ValidationError
 
 from rsi.errors import ConfigError, WorkerError
 from rsi.workers import worker_class
@@ -108,5 +109,5 @@ def test_symlinked_directory_cannot_smuggle_a_write_out(tmp_path, checkout):
 
 
 def test_config_rejects_unknown_keys():
-    with pytest.raises(Exception, match="extra"):
+    with pytest.raises(ValidationError, match="extra"):
         ScriptedWorker.Config(type="scripted", script="s.yaml", temperature=0.2)
