@@ -187,31 +187,35 @@ class LocalCluster:
             raise RuntimeError(f"cluster client failed:\n{out.stdout}\n{out.stderr[-4000:]}")
         return out.stdout
 
-    def wait_ready(self, timeout: float = 120) -> None:
-        """Block until every live node has joined and the job server answers; record node ids."""
+    def wait_ready(self, timeout: float = 240) -> None:
+        """Block until every live node has joined and the job server answers; record node ids.
+        Generous: on a machine shared with other jobs, a raylet can take a minute to register."""
+        want = {f"node_{n.name}" for n in self.nodes if n.alive}
         code = (
-            "import json, time, ray\n"
+            "import json, sys, time, ray\n"
             "ray.init(address='auto', log_to_driver=False, configure_logging=False)\n"
-            f"want = {sum(n.alive for n in self.nodes)}\n"
-            f"deadline = time.time() + {timeout}\n"
-            "while time.time() < deadline:\n"
-            "    nodes = [n for n in ray.nodes() if n['Alive']]\n"
-            "    if len(nodes) >= want: break\n"
+            f"want, deadline = {sorted(want)!r}, time.time() + 60\n"
+            "while True:\n"
+            "    ids = {k: n['NodeID'] for n in ray.nodes() if n['Alive'] for k in n['Resources'] if k.startswith('node_')}\n"
+            "    if set(want) <= set(ids) or time.time() > deadline: break\n"
             "    time.sleep(0.25)\n"
-            "print(json.dumps({k: n['NodeID'] for n in nodes for k in n['Resources'] if k.startswith('node_')}))\n"
+            "print(json.dumps(ids))\n"
         )
         deadline = time.monotonic() + timeout
         while True:
-            dead = [n.name for n in self.nodes if not n.alive]
+            dead = [n.name for n in self.nodes if f"node_{n.name}" in want and not n.alive]
             if dead:
                 raise RuntimeError(f"ray start failed for {dead}:\n" + "\n".join(self.log(n)[-3000:] for n in self.nodes))
             try:
-                ids = json.loads(self.python(code, timeout=timeout).strip().splitlines()[-1])
-                break
-            except RuntimeError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(1)
+                ids = json.loads(self.python(code, timeout=90).strip().splitlines()[-1])
+                if want <= set(ids):
+                    break
+                problem = f"nodes {sorted(want - set(ids))} have not joined"
+            except (RuntimeError, subprocess.TimeoutExpired) as exc:
+                problem = str(exc)[-3000:]
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"cluster not ready after {timeout:.0f} s: {problem}")
+            time.sleep(1)
         for n in self.nodes:
             n.node_id = ids.get(f"node_{n.name}", n.node_id)
         self._wait_job_server(deadline)

@@ -30,37 +30,61 @@ def env():
     return cluster_env(secrets.token_hex(32))
 
 
-def rsi(env: dict, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "rsi.cli", *args], cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+# What Ray prints when a local raylet misses its fixed 30 s registration window, which can
+# happen on a machine shared with other jobs. Nothing under test has started by then.
+RAY_DID_NOT_START = "The current node timed out during startup"
 
 
-def finish(proc: subprocess.Popen, timeout: float = 240) -> str:
-    out, _ = proc.communicate(timeout=timeout)
-    assert proc.returncode == 0, out[-4000:]
-    return out
+class Driver:
+    """One ``rsi`` command in its own session, launched again (twice at most) only when Ray
+    itself failed to come up."""
 
+    def __init__(self, env: dict, logs: Path, *args: str):
+        self.env, self.logs, self.args, self.restarts = env, logs, args, 0
+        self._launch()
 
-def kill_at(proc: subprocess.Popen, run_dir: Path, point, timeout: float = 240) -> list[dict]:
-    """SIGKILL the driver, its local Ray and every process below it as soon as ``point(kinds)``
-    holds for the decisions on disk; returns those decisions."""
-    deadline = time.monotonic() + timeout
-    while True:
-        kinds = [d["kind"] for d in decisions(run_dir)]
-        if point(kinds):
-            break
-        if proc.poll() is not None:
-            pytest.fail(f"the run ended before the kill point (decisions {kinds}):\n{proc.stdout.read()[-3000:]}")
-        assert time.monotonic() < deadline, f"kill point never reached; decisions {kinds}"
-        time.sleep(0.02)
-    tree = descendants(proc.pid)
-    kill_tree(proc, tree)
-    proc.stdout.close()
-    give_up = time.monotonic() + 10  # SIGKILL is delivered asynchronously
-    while (survivors := [p for p in tree if _alive(p)]) and time.monotonic() < give_up:
-        time.sleep(0.05)
-    assert not survivors, f"processes of the killed driver still run: {survivors}"
-    return decisions(run_dir)
+    def _launch(self) -> None:
+        self.log = self.logs / f"rsi-{self.args[0]}-{time.monotonic_ns()}.log"  # a file: a pipe could fill up
+        with open(self.log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", *self.args], cwd=REPO, env=self.env,
+                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+
+    def ended(self) -> str | None:
+        """None while running (or relaunched); the output once it ended for good."""
+        if self.proc.poll() is None:
+            return None
+        out = self.log.read_text(errors="replace")
+        if RAY_DID_NOT_START in out and self.restarts < 2:
+            self.restarts += 1
+            self._launch()
+            return None
+        return out
+
+    def finish(self, timeout: float = 240) -> str:
+        deadline = time.monotonic() + timeout
+        while (out := self.ended()) is None:
+            assert time.monotonic() < deadline, f"rsi {self.args[0]} did not finish in {timeout} s"
+            time.sleep(0.1)
+        assert self.proc.returncode == 0, out[-4000:]
+        return out
+
+    def kill_at(self, run_dir: Path, point, timeout: float = 240) -> list[dict]:
+        """SIGKILL the driver, its local Ray and every process below it as soon as
+        ``point(kinds)`` holds for the decisions on disk; returns those decisions."""
+        deadline = time.monotonic() + timeout
+        while not point(kinds := [d["kind"] for d in decisions(run_dir)]):
+            out = self.ended()
+            if out is not None:
+                pytest.fail(f"the run ended before the kill point (decisions {kinds}):\n{out[-3000:]}")
+            assert time.monotonic() < deadline, f"kill point never reached; decisions {kinds}"
+            time.sleep(0.02)
+        tree = descendants(self.proc.pid)
+        kill_tree(self.proc, tree)
+        give_up = time.monotonic() + 10  # SIGKILL is delivered asynchronously
+        while (survivors := [p for p in tree if _alive(p)]) and time.monotonic() < give_up:
+            time.sleep(0.05)
+        assert not survivors, f"processes of the killed driver still run: {survivors}"
+        return decisions(run_dir)
 
 
 def _alive(pid: int) -> bool:
@@ -74,8 +98,7 @@ def _alive(pid: int) -> bool:
 def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):
     config = slow_table_scenario(tmp_path, train=4, edits=("v2", "v1", "v3"))
     base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
-    base = rsi(env, "run", str(config), "--run-dir", str(base_dir))
-    finish(base)
+    Driver(env, tmp_path, "run", str(config), "--run-dir", str(base_dir)).finish()
     expected = decisions(base_dir)
     kinds = [d["kind"] for d in expected]
     assert kinds == ["seed", "screen", "screen", "confirm", "screen", "confirm", "promote", "test"], kinds
@@ -86,18 +109,18 @@ def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):
         ("after the first confirm", lambda k: "confirm" in k),
         ("after promotion, during the test measurement", lambda k: "promote" in k),
     ]
-    proc = rsi(env, "run", str(config), "--run-dir", str(run_dir))
+    driver = Driver(env, tmp_path, "run", str(config), "--run-dir", str(run_dir))
     stored_before = 0
     for i, (where, point) in enumerate(points):
-        at_kill = kill_at(proc, run_dir, point)
+        at_kill = driver.kill_at(run_dir, point)
         assert "test" not in [d["kind"] for d in at_kill], f"kill {where} came too late"
         assert not (run_dir / "summary.json").exists()
         keys = rollout_keys(run_dir)
         assert len(keys) == len(set(keys)), f"duplicate rollout rows before resume {i + 1}"
         assert len(keys) >= stored_before, "stored rollouts disappeared"
         stored_before = len(keys)
-        proc = rsi(env, "resume", str(run_dir))
-    out = finish(proc)
+        driver = Driver(env, tmp_path, "resume", str(run_dir))
+    out = driver.finish()
     assert "stored rollouts reused" in out
 
     assert comparable(decisions(run_dir)) == comparable(expected)
