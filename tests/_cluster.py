@@ -21,6 +21,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -32,7 +33,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def cluster_env(token: str, **extra: str) -> dict[str, str]:
+def cluster_env(token: str) -> dict[str, str]:
     """What every node and client of the test cluster runs with."""
     env = dict(os.environ)
     env.pop("RAY_ADDRESS", None)
@@ -45,7 +46,6 @@ def cluster_env(token: str, **extra: str) -> dict[str, str]:
         "RAY_health_check_period_ms": "500",
         "RAY_health_check_timeout_ms": "500",
         "RAY_health_check_failure_threshold": "3",
-        **extra,
     })
     return env
 
@@ -89,7 +89,7 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def kill_tree(proc: subprocess.Popen, known: list[int] = ()) -> None:
+def kill_tree(proc: subprocess.Popen, known: Iterable[int] = ()) -> None:
     """SIGKILL a process started with ``start_new_session=True``, its group and every
     descendant (plus ``known`` pids found earlier), then reap it."""
     pids = set(descendants(proc.pid)) | set(known)
@@ -167,9 +167,6 @@ class LocalCluster:
         with open(self.temp_dir / f"{name}.log", "wb") as log:
             proc = subprocess.Popen(args, env=self.env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         return Node(name, proc, resources)
-
-    def add_node(self, name: str, num_cpus: int = 1, resources: dict | None = None) -> Node:
-        return self._start(name, num_cpus, resources or {})
 
     def add_nodes(self, *specs: tuple[str, int, dict]) -> list[Node]:
         """Worker nodes started together: ``("a", 1, {"pool_a": 2}), ...``."""
