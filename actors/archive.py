@@ -9,6 +9,7 @@ and a restarted actor (``max_restarts``) rebuilds itself from storage.
 from __future__ import annotations
 
 import ray
+from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rsi.records import RunRecords
 
@@ -20,6 +21,10 @@ class ArchiveActor:
         self.entries = self.records.read_lines("archive.jsonl")
 
     def append(self, entry: dict) -> int:
+        # A call retried after a restart may already be on storage (the actor rebuilt itself
+        # from it): appending is idempotent, so an entry is never written twice.
+        if entry in self.entries:
+            return len(self.entries)
         self.records.archive_entry(entry)
         self.entries.append(entry)
         return len(self.entries)
@@ -39,7 +44,9 @@ class ArchiveClient:
 
     def __init__(self, run_uri: str, run_id: str):
         name = f"rsi-archive-{run_id}"
-        self.actor = ArchiveActor.options(name=name, get_if_exists=True).remote(run_uri)
+        # Beside the driver, like the evaluator: losing a worker node must not lose the archive.
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        self.actor = ArchiveActor.options(name=name, get_if_exists=True, scheduling_strategy=here).remote(run_uri)
 
     def append(self, entry: dict) -> int:
         return ray.get(self.actor.append.remote(entry))
