@@ -152,6 +152,13 @@ class Algorithm:
             return f"budget: {used['calls']} model calls reached max_calls {budget.max_calls}"
         return None
 
+    def stopped_by_budget(self) -> bool:
+        """True (with a ``stop`` decision recorded) when the budget forbids a new proposal."""
+        reason = self.budget_exhausted()
+        if reason:
+            self.decide("stop", None, None, reason=reason, usage=self.usage())
+        return bool(reason)
+
     # ---- resume --------------------------------------------------------------------------------
     def get_state(self) -> dict:
         return {"step": self.step, "rng": rng_state(self.rng), "usage": self.usage()}

@@ -68,9 +68,7 @@ class ADAS(Algorithm):
         if not self.archive:
             self.seed()
         while self.step < self.p.max_steps:
-            stop = self.budget_exhausted()
-            if stop:
-                self.decide("stop", None, None, reason=stop, usage=self.usage())
+            if self.stopped_by_budget():
                 break
             self.step += 1
             self.search_step()

@@ -95,9 +95,7 @@ class AHE(Algorithm):
                             reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
                             train_mean=self.train_mean())
                 break
-            stop = self.budget_exhausted()
-            if stop:
-                self.decide("stop", None, None, reason=stop, usage=self.usage())
+            if self.stopped_by_budget():
                 break
             self.step += 1
             self.evolve_round()

@@ -79,9 +79,7 @@ class DarwinX(Algorithm):
         if not self.archive:
             self.seed()
         while self.step < self.p.max_steps:
-            stop = self.budget_exhausted()
-            if stop:
-                self.decide("stop", None, None, reason=stop, usage=self.usage())
+            if self.stopped_by_budget():
                 break
             n = min(self.p.parallel_candidates, self.p.max_steps - self.step)
             proposals = self.propose(n)
