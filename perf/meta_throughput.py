@@ -1,9 +1,11 @@
 """Throughput of meta-evolve's inner searches: a serial single-process loop vs the cluster fan-out.
 
-Both sides run the same hold-out (the gate's train split of ``meta_landscape``) with the same
-rule through the same code (``PolicyTarget.run``): serially in this process, and through the
-evaluator actor as batched Ray tasks on a local Ray with ``--cpus`` CPUs, with the run's records
-written (Parquet rows and trace files, as in a real run). Each fan-out measurement uses fresh
+Both sides run one gate round as the outer loop does it: ``--rules`` rules (the incumbent and
+its candidates: flat PUCT at several constants) each on the same hold-out (the gate's train
+split of ``meta_landscape``), through the same code (``PolicyTarget.run``): serially in this
+process, and as one ``evaluate_many`` call through the evaluator actor as batched Ray tasks on a
+local Ray with ``--cpus`` CPUs, with the run's records written (Parquet rows and trace files, as
+in a real run). Each fan-out measurement uses fresh
 sample seeds, so nothing is served from the rollout cache; the first one also pays for starting
 the worker processes (reported apart as "cold").
 
@@ -29,42 +31,58 @@ from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
 from algorithms.meta.target import PolicyTarget
 from rsi.config import EvaluatorConfig, TargetConfig
 from rsi.records import RunRecords
+from rsi.results import Request
 from rsi.snapshot import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]
 
 
-def serial(target, seed: Snapshot, tasks) -> tuple[float, float]:
-    """(wall seconds, summed per-search seconds) of one in-process pass over ``tasks``."""
-    with seed.check_out() as work:
-        t0 = time.perf_counter()
-        inner = sum(target.run(work, t, 0, 0).duration_s for t in tasks)
-        return time.perf_counter() - t0, inner
+def serial(target, rules: list[Snapshot], tasks) -> tuple[float, float]:
+    """(wall seconds, summed per-search seconds) of one in-process pass: every rule on ``tasks``."""
+    t0, inner = time.perf_counter(), 0.0
+    for rule in rules:
+        with rule.check_out() as work:
+            inner += sum(target.run(work, t, 0, 0).duration_s for t in tasks)
+    return time.perf_counter() - t0, inner
 
 
 def _chunk(job) -> float:
-    target, workdir, tasks = job
-    return sum(target.run(Path(workdir), t, 0, 0).duration_s for t in tasks)
+    target, jobs = job
+    return sum(target.run(Path(workdir), t, 0, 0).duration_s for workdir, t in jobs)
 
 
-def pooled(pool, target, workdir: Path, tasks, cpus: int) -> float:
+def pooled(pool, target, workdirs: list[Path], tasks, cpus: int) -> float:
     """Wall seconds of the same searches split over ``cpus`` plain processes: the machine's own
     parallel ceiling right now, with no Ray in the way."""
+    jobs = [(str(w), t) for w in workdirs for t in tasks]
     t0 = time.perf_counter()
-    pool.map(_chunk, [(target, str(workdir), tasks[i::cpus]) for i in range(cpus)])
+    pool.map(_chunk, [(target, jobs[i::cpus]) for i in range(cpus)])
     return time.perf_counter() - t0
 
 
-def fanned(client, seed: Snapshot, salt: str) -> tuple[float, float, int]:
+def fanned(client, rules: list[Snapshot], salt: str) -> tuple[float, float, int]:
+    """One gate round's measurement: every rule on the hold-out, in one concurrent call."""
     t0 = time.perf_counter()
-    table = client.evaluate(seed, "train", salt=salt)
+    tables = client.evaluate_many([Request(r, "train", salt=salt) for r in rules])
     wall = time.perf_counter() - t0
-    return wall, sum(table["duration_s"].to_pylist()), table.num_rows
+    return wall, sum(sum(t["duration_s"].to_pylist()) for t in tables), sum(t.num_rows for t in tables)
+
+
+def rule_snapshots(seed: Snapshot, constants: list[float]) -> list[Snapshot]:
+    """The seed rule and flat PUCT at other constants: a round's incumbent and candidates."""
+    out = []
+    for c in constants:
+        with seed.check_out() as work:
+            path = work / "policy.py"
+            path.write_text(path.read_text().replace("rank + 1.0 *", f"rank + {c!r} *"))
+            out.append(seed.commit(work, "*") if c != 1.0 else seed)
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--holdout", type=int, default=400, help="hold-out pairs (instances, one seed each)")
+    ap.add_argument("--holdout", type=int, default=200, help="hold-out pairs (instances, one seed each)")
+    ap.add_argument("--rules", type=int, default=5, help="rules measured per round (incumbent + candidates)")
     ap.add_argument("--budget", type=int, default=60)
     ap.add_argument("--cpus", type=int, default=2)
     ap.add_argument("--repeats", type=int, default=5)
@@ -76,40 +94,42 @@ def main() -> None:
 
     from actors.client import EvaluatorClient
 
+
     def target_for(budget: int) -> PolicyTarget:
         bench = LandscapeBenchmark(MetaParams(name="meta_landscape", holdout=args.holdout, budget=budget))
         return PolicyTarget(TargetConfig(path=str(REPO / "targets" / "meta_policy"), kind="policy"), bench)
 
     target, probe = target_for(args.budget), target_for(1)
     seed = Snapshot.from_dir(REPO / "targets" / "meta_policy")
+    rules = rule_snapshots(seed, [1.0, 0.0, 0.25, 0.5, 2.0, 0.75, 1.5, 3.0][:args.rules])
     tasks = target.benchmark.split("train")
-    n = len(tasks)
+    n = len(tasks) * len(rules)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     load_before = os.getloadavg()[0]
     pool = multiprocessing.get_context("fork").Pool(args.cpus)  # forked before Ray starts
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     with tempfile.TemporaryDirectory() as tmp:
-        workdir = seed.materialize(Path(tmp) / "rule")
+        workdirs = [r.materialize(Path(tmp) / f"rule{i}") for i, r in enumerate(rules)]
         def client(name: str, tgt, bs: int):
             return EvaluatorClient.start(name, tgt, EvaluatorConfig(batch_size=bs or None), 0, False,
                                          RunRecords.create(tmp, name))
 
         clients = {bs: client(f"tp{bs}", target, bs) for bs in sizes}
         probe_client = client("probe", probe, 0)
-        serial(target, seed, tasks[:20])  # warm this process's caches (landscapes, the rule's gate)
-        cold = {bs: fanned(c, seed, "cold")[0] for bs, c in clients.items()}
-        fanned(probe_client, seed, "cold")
-        pooled(pool, target, workdir, tasks, args.cpus)
+        serial(target, rules, tasks[:20])  # warm this process's caches (landscapes, the rule's gate)
+        cold = {bs: fanned(c, rules, "cold")[0] for bs, c in clients.items()}
+        fanned(probe_client, rules, "cold")
+        pooled(pool, target, workdirs, tasks, args.cpus)
         # Serial and fan-out passes alternate, so a change in the machine's load hits both sides.
         pairs: dict[int, list] = {bs: [] for bs in sizes}
         serials, probes, pools = [], [], []
         for i in range(args.repeats):
-            s = serial(target, seed, tasks)
+            s = serial(target, rules, tasks)
             serials.append(s)
-            pools.append(s[0] / pooled(pool, target, workdir, tasks, args.cpus))
+            pools.append(s[0] / pooled(pool, target, workdirs, tasks, args.cpus))
             for bs, c in clients.items():
-                pairs[bs].append((s[0], fanned(c, seed, f"warm{i}")))
-            probes.append((serial(probe, seed, tasks)[0], fanned(probe_client, seed, f"warm{i}")[0]))
+                pairs[bs].append((s[0], fanned(c, rules, f"warm{i}")))
+            probes.append((serial(probe, rules, tasks)[0], fanned(probe_client, rules, f"warm{i}")[0]))
     ray.shutdown()
     pool.close()
     s_wall = statistics.median(w for w, _ in serials)
@@ -139,10 +159,12 @@ def write(args, n, s_wall, s_inner, rows, fixed, ceiling, load) -> None:
     lines = [
         "# meta-evolve: inner-search throughput, serial loop vs cluster fan-out",
         "",
-        "Measured by `perf/meta_throughput.py` (command below): the gate hold-out of `meta_landscape` "
-        f"({n} pairs of landscape-source, budget {args.budget}, the seed rule) through the same code "
-        "(`PolicyTarget.run`), serially in one process and through the evaluator on a local Ray with "
-        f"{args.cpus} CPUs, the run's records written. {args.repeats} rounds; in each, a serial pass and then one "
+        "Measured by `perf/meta_throughput.py` (command below): one gate round as the outer loop runs it, "
+        f"{args.rules} rules (incumbent and candidates: flat PUCT at several constants) each on the gate hold-out "
+        f"of `meta_landscape` ({args.holdout} pairs of landscape-source, budget {args.budget}), {n} inner searches "
+        "in all, through the same code (`PolicyTarget.run`): serially in one process, and as one `evaluate_many` "
+        f"call through the evaluator on a local Ray with {args.cpus} CPUs, the run's records written. "
+        f"{args.repeats} rounds; in each, a serial pass and then one "
         "fan-out pass per batch size (fresh sample seeds: no cache hits), so load changes hit both sides; the "
         "speedup is the median of the per-round ratios.",
         "",
@@ -174,7 +196,7 @@ def write(args, n, s_wall, s_inner, rows, fixed, ceiling, load) -> None:
         "",
         "```",
         f"unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/meta_throughput.py "
-        f"--holdout {args.holdout} --budget {args.budget} --cpus {args.cpus} --repeats {args.repeats} "
+        f"--holdout {args.holdout} --rules {args.rules} --budget {args.budget} --cpus {args.cpus} --repeats {args.repeats} "
         f"--batch-sizes {args.batch_sizes}'",
         "```",
     ]
