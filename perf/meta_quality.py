@@ -2,7 +2,9 @@
 seed's lesson about gate size.
 
 For each variant (a gate size: hold-out = oracle = that many SOURCE pairs, and a ``z_gate``;
-``z_gate 0`` accepts any positive mean gain, as the seed's own gate did) and each outer seed, run
+``z_gate 0`` accepts any positive mean gain, as the seed's own gate did; ``:noconfirm`` admits
+on the gate alone, ``algorithm.confirm: false``, as the seed's loop did, whose second opinion
+read the same numbers as its gate) and each outer seed, run
 ``configs/metasearch.yaml`` through the real runner (symbolic proposer) and read its
 ``meta_report.json``: the promoted rule's gain over the seed rule on the
 validation instances of SOURCE and TARGET (paired, with SE and wins/losses), the transfer ratio,
@@ -33,11 +35,11 @@ REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "metasearch.yaml"
 
 
-def one_run(tmp: Path, seed: int, gate: int, z: float, rounds: int, candidates: int) -> dict:
+def one_run(tmp: Path, seed: int, gate: int, z: float, confirm: bool, rounds: int, candidates: int) -> dict:
     overrides = [("seed", str(seed)), ("benchmark.holdout", str(gate)), ("benchmark.oracle", str(gate)),
                  ("algorithm.z_gate", str(z)), ("algorithm.max_rounds", str(rounds)),
-                 ("algorithm.candidates_per_round", str(candidates))]
-    run_dir = tmp / f"gate{gate}-z{z:g}-seed{seed}"
+                 ("algorithm.candidates_per_round", str(candidates)), ("algorithm.confirm", str(confirm).lower())]
+    run_dir = tmp / f"gate{gate}-z{z:g}-{'confirm' if confirm else 'noconfirm'}-seed{seed}"
     t0 = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):
         r = start_run(str(CONFIG), overrides, str(run_dir))
@@ -45,8 +47,18 @@ def one_run(tmp: Path, seed: int, gate: int, z: float, rounds: int, candidates: 
     report = json.loads((run_dir / "meta_report.json").read_text())
     decisions = r.records.decisions()
     admits = [d for d in decisions if d["kind"] == "admit"]
-    report["admits"] = [{"round": d["round"], "gain": d["gain"], "se": d["se"], "oracle_gain": d["oracle_gain"],
-                         "oracle_se": d["oracle_se"]} for d in admits]
+    report["admits"] = [{"round": d["round"], "gain": d["gain"], "se": d["se"], "oracle_gain": d.get("oracle_gain"),
+                         "oracle_se": d.get("oracle_se"), "rule": d["rule"]} for d in admits]
+    # Each admission judged where the gate could not look: the admitted rule against the one it
+    # replaced, on the SOURCE validation pairs (its own family, instances the loop never saw).
+    validation = [(200_000 + i, 0) for i in range(report["benchmark"]["validation_pairs_per_family"])]
+    before = PRIORITY_SEED
+    for a in report["admits"]:
+        gain = scores(a["rule"], "landscape-source", validation, report["benchmark"]["budget"]) - \
+            scores(before, "landscape-source", validation, report["benchmark"]["budget"])
+        a["validation_gain"], a["validation_wins"], a["validation_losses"] = \
+            float(gain.mean()), int((gain > 0).sum()), int((gain < 0).sum())
+        before = a["rule"]
     report["elapsed_s"] = time.monotonic() - t0
     report["candidates"] = sum(d["kind"] == "screen" for d in decisions)
     report["invalid"] = sum(d["kind"] == "invalid" for d in decisions)
@@ -63,8 +75,9 @@ def noise(pairs: int, budget: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--variants", default="9:2,9:0,200:2",
-                    help="GATE:Z pairs: hold-out (= oracle) size in SOURCE pairs, and z_gate")
+    ap.add_argument("--variants", default="9:2,9:0,9:0:noconfirm,200:2",
+                    help="GATE:Z[:noconfirm]: hold-out (= oracle) size in SOURCE pairs, z_gate, and whether a gate "
+                         "pass skips the oracle")
     ap.add_argument("--rounds", type=int, default=36)
     ap.add_argument("--candidates", type=int, default=4)
     ap.add_argument("--cpus", type=int, default=2)
@@ -78,15 +91,15 @@ def main() -> None:
     cache_path = Path(args.out).with_suffix(".json")
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not args.fresh else {}
     seeds = [int(s) for s in args.seeds.split(",")]
-    variants = [(int(g), float(z)) for g, z in (v.split(":") for v in args.variants.split(","))]
+    variants = [(int(v[0]), float(v[1]), v[2:] != ["noconfirm"]) for v in (x.split(":") for x in args.variants.split(","))]
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
              namespace="rsi")
     with tempfile.TemporaryDirectory() as tmp:
-        for gate, z in variants:
+        for gate, z, confirm in variants:
             for seed in seeds:
-                key = f"gate={gate} z={z:g} seed={seed} rounds={args.rounds}x{args.candidates}"
+                key = run_key(gate, z, confirm, seed, args)
                 if key not in cache:
-                    cache[key] = one_run(Path(tmp), seed, gate, z, args.rounds, args.candidates)
+                    cache[key] = one_run(Path(tmp), seed, gate, z, confirm, args.rounds, args.candidates)
                     cache_path.write_text(json.dumps(cache, indent=1))
                 rep = cache[key]
                 src, tgt = rep["families"]["source"], rep["families"]["target"]
@@ -96,9 +109,13 @@ def main() -> None:
                       f"transfer {rep['transfer_ratio']}; {rep['placement']['verdict']}; {rep['elapsed_s']:.0f}s",
                       flush=True)
     ray.shutdown()
-    results = {(g, z): [cache[f"gate={g} z={z:g} seed={s} rounds={args.rounds}x{args.candidates}"] for s in seeds]
-               for g, z in variants}
+    results = {v: [cache[run_key(*v, s, args)] for s in seeds] for v in variants}
     write(args, seeds, variants, results, noise(50, 60))
+
+
+def run_key(gate: int, z: float, confirm: bool, seed: int, args) -> str:
+    return (f"gate={gate} z={z:g}{'' if confirm else ' noconfirm'} seed={seed} "
+            f"rounds={args.rounds}x{args.candidates}")
 
 
 def _f(v, digits=4, sign=True) -> str:
@@ -115,7 +132,7 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
         f"Measured by `perf/meta_quality.py`: `configs/metasearch.yaml` (symbolic proposer, {args.rounds} rounds x "
         f"{args.candidates} candidates, inner budget {bench['budget']}, reward {bench['reward']}) for outer "
         f"seeds {', '.join(map(str, seeds))}, with gate hold-out = oracle set of "
-        f"{' / '.join(f'{g} pairs at z_gate {z:g}' for g, z in variants)}. "
+        f"{' / '.join(f'{g} pairs at z_gate {z:g}' + ('' if c else ' without the oracle') for g, z, c in variants)}. "
         f"Validation: {bench['validation_pairs_per_family']} unseen "
         f"pairs per family ({src} = SOURCE, {tgt} = TARGET, never seen by the outer loop), paired by instance and "
         "seed against the seed rule (flat PUCT, c = 1).",
@@ -132,9 +149,11 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
     for s in first["c_sweep"]:
         lines.append(f"| {s['rule']} | {_f(s['source_gain'])} | {_f(s['source_se'], sign=False)} | "
                      f"{_f(s['target_gain'])} | {_f(s['target_se'], sign=False)} |")
-    for gate, z in variants:
-        runs = results[(gate, z)]
-        lines += ["", f"## Gate hold-out = oracle = {gate} pairs, z_gate {z:g}", "",
+    for gate, z, confirm in variants:
+        runs = results[(gate, z, confirm)]
+        title = (f"Gate hold-out = oracle = {gate} pairs, z_gate {z:g}" if confirm else
+                 f"Gate hold-out = {gate} pairs, z_gate {z:g}, no oracle (algorithm.confirm: false)")
+        lines += ["", f"## {title}", "",
                   f"| outer seed | admitted | {src} gain ± se (wins/losses) | {tgt} gain ± se (wins/losses) | "
                   "transfer | vs c-sweep front | evolved rule (return line) | wall (s) |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
@@ -153,10 +172,18 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
                       f"{tgt} {statistics.mean(tg):+.4f} ± {sd(tg):.4f} (sd). "
                       f"Runs whose promoted rule loses on its own family's validation: "
                       f"{sum(g < 0 for g in sg)}/{len(sg)}."]
+        judged = [a for r in runs for a in r["admits"] if "validation_gain" in a]
+        if judged:
+            lines.append(f"Admissions that lose to the rule they replaced on SOURCE validation: "
+                         f"{sum(a['validation_gain'] < 0 for a in judged)}/{len(judged)}.")
         for seed, rep in zip(seeds, runs):
             if rep["admits"]:
-                steps = "; ".join(f"round {a['round']}: gate {_f(a['gain'])} ± {_f(a['se'], sign=False)}, oracle "
-                                  f"{_f(a['oracle_gain'])} ± {_f(a['oracle_se'], sign=False)}" for a in rep["admits"])
+                steps = "; ".join(
+                    f"round {a['round']}: gate {_f(a['gain'])} ± {_f(a['se'], sign=False)}"
+                    + (f", oracle {_f(a['oracle_gain'])} ± {_f(a['oracle_se'], sign=False)}" if confirm else "")
+                    + (f", on SOURCE validation vs the rule it replaced {_f(a['validation_gain'])} "
+                       f"({a['validation_wins']}/{a['validation_losses']})" if "validation_gain" in a else "")
+                    for a in rep["admits"])
                 lines.append(f"- seed {seed} admissions: {steps}")
     lines += ["", "```", f"unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/meta_quality.py --fresh "
                          f"--seeds {args.seeds} --variants {args.variants} --rounds {args.rounds} "

@@ -117,6 +117,23 @@ def test_positive_but_not_significant_gain_is_rejected(tmp_path, ray_session):
     assert summary["snapshot_id"] == summary["seed_snapshot_id"]
 
 
+def test_without_confirmation_a_gate_pass_is_admitted_on_the_gate_alone(tmp_path, ray_session):
+    """``confirm: false`` (the seed's loop, kept to reproduce its fail-open lesson) admits a
+    gate pass with no oracle measurement; the default confirms it on fresh instances first."""
+    reply = f"Explore less.\n```python\n{GREEDY}```\n"
+    algo = {"max_rounds": 1, "candidates_per_round": 1, "z_gate": 0.0}
+    decisions, summary, _ = run(config(tmp_path / "off", {**algo, "confirm": False}, reply=reply))
+    screen, = of(decisions, "screen")
+    admit, = of(decisions, "admit")
+    assert screen["accepted"] and admit["confirmed"] is False and "oracle_gain" not in admit
+    assert "not confirmed (algorithm.confirm: false)" in admit["reason"]
+    assert not of(decisions, "confirm") and summary["snapshot_id"] == admit["snapshot_id"]
+    decisions, _, _ = run(config(tmp_path / "on", algo, reply=reply))
+    confirm, = of(decisions, "confirm")
+    assert confirm["n"] == BENCH["oracle"]
+    assert [d["confirmed"] for d in of(decisions, "admit")] == ([True] if confirm["accepted"] else [])
+
+
 @pytest.mark.parametrize("args,needle", [
     ([], "fails its own gate"),
     (["--algorithm.slot", "tree_policy"], "unknown decision slot 'tree_policy'"),

@@ -132,3 +132,52 @@ def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):
     assert summary["rollouts"]["executed"] == len(keys) - stored_before, \
         "the last resume executed only what had not been stored"
     assert summary["snapshot_id"] == json.loads((base_dir / "summary.json").read_text())["snapshot_id"]
+
+
+def meta_scenario(root: Path) -> Path:
+    """meta-evolve on stage 0, sized so one round takes seconds (a kill lands inside a gate)."""
+    import shutil
+
+    import yaml
+
+    shutil.copytree(REPO / "targets" / "meta_policy", root / "target")
+    cfg = {"name": "meta-resume", "seed": 5, "storage": str(root / "runs"),
+           "target": {"path": "target", "kind": "policy", "deterministic": True},
+           "evaluator": {"batch_size": 25},
+           "benchmark": {"name": "meta_landscape", "holdout": 120, "oracle": 120, "validation": 20, "budget": 60},
+           "algorithm": {"name": "meta", "max_rounds": 4, "candidates_per_round": 3, "plot": False}}
+    path = root / "meta.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def _without_clock(records: list[dict]) -> list[dict]:
+    """A round's reason ends with its wall time; everything else must match exactly."""
+    import re
+
+    return [{**d, "reason": re.sub(r"; [0-9.]+s$", "", d.get("reason") or "")} for d in comparable(records)]
+
+
+def test_meta_evolve_killed_mid_gate_resumes_to_identical_rounds(tmp_path, env):
+    config = meta_scenario(tmp_path)
+    base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
+    Driver(env, tmp_path, "run", str(config), "--run-dir", str(base_dir)).finish()
+    expected = decisions(base_dir)
+    assert [d["round"] for d in expected if d["kind"] == "round"] == [1, 2, 3, 4]
+    driver = Driver(env, tmp_path, "run", str(config), "--run-dir", str(run_dir))
+    stored_before = 0
+    for point in (lambda k: "seed" in k, lambda k: k.count("round") >= 2):
+        at_kill = driver.kill_at(run_dir, point)
+        assert "promote" not in [d["kind"] for d in at_kill], "the kill came after the outer loop ended"
+        stored_before = len(rollout_keys(run_dir))
+        driver = Driver(env, tmp_path, "resume", str(run_dir))
+    driver.finish()
+
+    assert _without_clock(decisions(run_dir)) == _without_clock(expected)
+    keys = rollout_keys(run_dir)
+    assert len(keys) == len(set(keys)), "an inner search stored twice: re-executed after resume"
+    assert sorted(keys) == sorted(rollout_keys(base_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rollouts"]["executed"] == len(keys) - stored_before
+    report, base_report = (json.loads((d / "meta_report.json").read_text()) for d in (run_dir, base_dir))
+    assert report["validation"] == base_report["validation"] and report["evolved"] == base_report["evolved"]

@@ -131,7 +131,7 @@ class MetaEvolve(Algorithm):
         self.history: list[dict] = []
 
     def run(self) -> Snapshot:
-        if self.round == 0:
+        if not self.incumbent_scores:  # a resumed run has them from its state: never measured twice
             self.measure_seed()
         while self.round < self.p.max_rounds and not self.over_budget():
             self.round += 1
@@ -179,10 +179,12 @@ class MetaEvolve(Algorithm):
         parent = self.incumbent
         best = max(confirmed, key=lambda c: c.oracle.mean_gain) if confirmed else None
         if best is not None:
+            second = (f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}" if self.p.confirm else
+                      "not confirmed (algorithm.confirm: false)")
             self.decide("admit", best.snapshot.snapshot_id, parent.snapshot_id, accepted=True,
                         reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
-                               f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
-                        round=self.round, **figures(best.gate), **figures(best.oracle, "oracle_"),
+                               f"{second}", confirmed=self.p.confirm,
+                        round=self.round, **figures(best.gate), **(figures(best.oracle, "oracle_") if self.p.confirm else {}),
                         rule=best.text)
             self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
             self.admitted.append(best.snapshot.snapshot_id)
@@ -249,9 +251,16 @@ class MetaEvolve(Algorithm):
                                  **figures(c.gate), "accepted": c.gate.accepted})
 
     def confirm(self, passed: list[Candidate]) -> list[Candidate]:
-        """A gate pass becomes the incumbent only if the gain holds on fresh oracle instances."""
+        """A gate pass becomes the incumbent only if the gain holds on fresh oracle instances.
+
+        With ``confirm: false`` the gate's own figures stand in for the oracle's: a second opinion
+        that reads the same numbers, which is how the seed's loop committed a losing rule."""
         if not passed:
             return []
+        if not self.p.confirm:
+            for c in passed:
+                c.oracle = c.gate
+            return passed
         reqs = [Request(self.incumbent, "dev", salt="oracle")] + [Request(c.snapshot, "dev", salt="oracle")
                                                                   for c in passed]
         tables = self.ctx.evaluator.evaluate_many(reqs, label=f"round {self.round}: confirm")

@@ -24,6 +24,9 @@ class MetaEvolveParams(AlgorithmParams):
                                       description="proposals per round; all valid ones are gated concurrently")
     z_gate: float = Field(2.0, ge=0.0, le=100.0,
                           description="a gain is accepted only if positive and >= z_gate standard errors")
+    confirm: bool = Field(True, description="confirm a gate pass on the oracle set (fresh instances) before it "
+                                            "becomes the incumbent; false admits on the gate alone, as the seed's "
+                                            "loop did (kept to reproduce its fail-open lesson)")
     proposer: Literal["symbolic", "llm"] = Field(
         "symbolic", description="symbolic: offline mutator of the priority rule; llm: a reflector (needs a worker)")
     slot: str = Field("node_selection", description="the decision slot evolved (the meta benchmarks run tree "
