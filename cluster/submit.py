@@ -48,15 +48,50 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
     workdir, config_rel = _working_dir(Path(config), resolved.base_dir)
     entrypoint = shlex.join(["python", "-m", "rsi.cli", "run", config_rel, "--run-dir", run_dir,
                              "--ray.address", "auto", *[a for k, v in overrides for a in (f"--{k}", str(v))]])
+    return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_config": config_rel}, wait)
+
+
+def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wait: bool = True) -> int:
+    """Submit ``rsi resume RUN_DIR`` as a job: the way back from a lost driver on a cluster.
+
+    The run directory must be readable from here (an object store or a shared path). The job
+    ships ``working_dir`` (default: the current directory), which must be the directory the
+    run's config resolved its relative paths against; that is checked here, before the cluster
+    is contacted, by loading the stored config against it."""
+    from rsi.config import load_config
+    from rsi.records import RunRecords
+    from rsi.runner import prepare
+
+    local = _is_local(address)
+    run_dir = _run_location(run_dir, local)
+    records = RunRecords.open(run_dir)
+    if records.exists("summary.json"):
+        print(f"{run_dir} has finished; nothing to resume")
+        return 0
+    if not records.exists("run.json"):
+        raise ConfigError(f"{run_dir}: no run.json; this run directory cannot be resumed")
+    workdir = Path(working_dir or Path.cwd()).resolve()
+    resolved = load_config(workdir / "config.yaml", raw=records.read_config())
+    try:
+        prepare(resolved)
+    except ConfigError as exc:
+        raise ConfigError(f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
+                          "directory its relative paths resolve against") from None
+    entrypoint = shlex.join(["python", "-m", "rsi.cli", "resume", run_dir])
+    return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_resume": "1"}, wait)
+
+
+def _submit_job(address: str, entrypoint: str, workdir: Path, name: str, run_dir: str, metadata: dict,
+                wait: bool) -> int:
     runtime_env = {"working_dir": str(workdir), "excludes": EXCLUDES}
     if not _inside(REPO, workdir):
         runtime_env["py_modules"] = [str(REPO / p) for p in PACKAGES]
 
     client = _client(address)
-    submission_id = f"rsi-{resolved.run.name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
+    submission_id = f"rsi-{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     try:
         client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
-                          metadata={"rsi_run_dir": run_dir, "rsi_config": config_rel})
+                          metadata={"rsi_run_dir": run_dir, **metadata})
     except _auth_error() as exc:
         raise ClusterError(_auth_message(address, exc)) from None
     except RuntimeError as exc:

@@ -72,7 +72,10 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(func=cmd_export)
 
     sb = sub.add_parser("submit", help="submit a run as a Ray job to a cluster")
-    sb.add_argument("config")
+    sb.add_argument("config", nargs="?", help="the run's config (omit with --resume)")
+    sb.add_argument("--resume", metavar="RUN_DIR", help="submit `rsi resume RUN_DIR` instead of a new run")
+    sb.add_argument("--working-dir", help="with --resume: the directory the run's config paths resolve against "
+                                          "(default: the current directory)")
     sb.add_argument("--address", required=True, help="the cluster's job server, e.g. http://HEAD:8265")
     sb.add_argument("--run-dir")
     sb.add_argument("--no-wait", action="store_true", help="return after submission instead of streaming logs")
@@ -159,8 +162,17 @@ def cmd_export(args, extra) -> int:
 
 
 def cmd_submit(args, extra) -> int:
-    from cluster.submit import submit
+    from cluster.submit import submit, submit_resume
 
+    if args.resume:
+        if args.config or args.run_dir or extra:
+            raise ConfigError("rsi submit --resume RUN_DIR takes no config, --run-dir or overrides: the run's own "
+                              "config is resumed as it was")
+        return submit_resume(args.resume, args.address, args.working_dir, wait=not args.no_wait)
+    if not args.config:
+        raise ConfigError("rsi submit: give a config, or --resume RUN_DIR")
+    if args.working_dir:
+        raise ConfigError("--working-dir goes with --resume; a new run ships its config's directory")
     return submit(args.config, args.address, _overrides(extra), args.run_dir, wait=not args.no_wait)
 
 

@@ -223,8 +223,8 @@ def test_wrong_token_is_refused_with_a_clear_message(cluster, scenario, tmp_path
 
 @pytest.mark.slow
 def test_stopped_job_exits_1_and_resumes_as_a_job(cluster, scenario, undisturbed):
-    """The documented way back from a lost driver on a cluster: submit ``rsi resume`` from the
-    config's directory."""
+    """The documented way back from a lost driver on a cluster: ``rsi submit --resume RUN_DIR``
+    from the config's directory (a wrong working directory is refused before submission)."""
     from ray.job_submission import JobSubmissionClient
 
     root, config = scenario
@@ -250,12 +250,15 @@ def test_stopped_job_exits_1_and_resumes_as_a_job(cluster, scenario, undisturbed
     assert f"job {job_id} STOPPED" in err, err[-2000:]
     assert "promote" not in [d["kind"] for d in decisions(run_dir)], "stopped mid-run"
 
-    resume_id = client.submit_job(entrypoint=f"python -m rsi.cli resume {run_dir}",
-                                  runtime_env={"working_dir": str(root), "excludes": ["runs"]})
-    while str(client.get_job_status(resume_id)) not in ("SUCCEEDED", "FAILED", "STOPPED"):
-        assert time.monotonic() < deadline + 120, "the resume job did not end"
-        time.sleep(0.5)
-    assert str(client.get_job_status(resume_id)) == "SUCCEEDED", client.get_job_logs(resume_id)[-3000:]
+    wrong = _submit(cluster.env, "--resume", str(run_dir), "--address", cluster.dashboard_url,
+                    "--working-dir", str(root / "runs"))
+    assert wrong.returncode == 2 and "does not resolve there" in wrong.stderr, wrong.stderr[-2000:]
+    resumed = subprocess.run([sys.executable, "-m", "rsi.cli", "submit", "--resume", str(run_dir), "--address",
+                              cluster.dashboard_url], cwd=root, env=cluster.env, capture_output=True, text=True,
+                             timeout=360)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    resume_id = next(ln.split()[2] for ln in resumed.stdout.splitlines() if ln.startswith("submitted job "))
+    assert str(client.get_job_status(resume_id)) == "SUCCEEDED"
     assert comparable(decisions(run_dir)) == comparable(decisions(base_dir))
     keys = rollout_keys(run_dir)
     assert len(keys) == len(set(keys)) and sorted(keys) == sorted(rollout_keys(base_dir))
