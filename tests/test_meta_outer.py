@@ -5,6 +5,7 @@ and inner searches as deterministic, cacheable rollouts."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from rsi.benchmark import Task
 from rsi.cli import main
 from rsi.config import TargetConfig
 from rsi.runner import start_run
+from rsi.scripted_server import ScriptedServer, request_text
 
 REPO = Path(__file__).resolve().parents[1]
 # 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.013 on them with an SE of
@@ -28,9 +30,21 @@ REPO = Path(__file__).resolve().parents[1]
 BENCH = {"name": "meta_landscape", "holdout": 12, "oracle": 8, "validation": 6, "budget": 20}
 GREEDY = c_rule(0.0)
 DIVIDES = "def priority(rank, visits, total, prior, depth, n_nodes):\n    return rank / visits\n"
+# The general face: a whole class Policy (pure exploitation, ties to the earliest node).
+GREEDY_CLASS = """class Policy:
+    def select(self, tree):
+        best = tree.nodes[0]
+        for node in tree.nodes:
+            if node.value > best.value:
+                best = node
+        return best
+"""
+KEY = "meta-reflector-key-41c0d9a2"
+os.environ["RSI_TEST_META_KEY"] = KEY
 
 
-def config(tmp_path: Path, algorithm: dict, rule: str | None = None, reply: str | None = None) -> Path:
+def config(tmp_path: Path, algorithm: dict, rule: str | None = None, reply: str | None = None,
+           **extra) -> Path:
     target = tmp_path / "target"
     shutil.copytree(REPO / "targets" / "meta_policy", target)
     if rule is not None:
@@ -41,7 +55,7 @@ def config(tmp_path: Path, algorithm: dict, rule: str | None = None, reply: str 
         algo |= {"proposer": "llm", "worker": {"type": "scripted", "script": "script.yaml"}}
     cfg = {"name": "meta", "seed": 3, "storage": str(tmp_path / "runs"),
            "target": {"path": "target", "kind": "policy", "deterministic": True},
-           "evaluator": {"batch_size": 8}, "benchmark": dict(BENCH), "algorithm": algo}
+           "evaluator": {"batch_size": 8}, "benchmark": dict(BENCH), "algorithm": algo, **extra}
     path = tmp_path / "meta.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -104,6 +118,36 @@ def test_invalid_proposals_are_counted_not_replaced(tmp_path, ray_session):
     assert (round_["measured"], round_["invalid"], round_["invalid_proposals"]) == (0, 2, 2)
     assert not of(decisions, "screen"), "no candidate may stand in for an invalid proposal"
     assert summary["snapshot_id"] == summary["seed_snapshot_id"]
+
+
+def test_llm_reflector_through_the_openai_sdk_both_faces_and_budget_stop(tmp_path, ray_session):
+    """The reflector is the real llm worker talking to an OpenAI-compatible server on 127.0.0.1:
+    it sees the incumbent and its inner curves; a narrow rule and a class Policy are both
+    measured; a repeat and an invalid rule are counted; the model budget stops the loop."""
+    fence = "```python\n{}```\n"
+    replies = ["Exploit.\n" + fence.format(GREEDY), "A whole policy.\n" + fence.format(GREEDY_CLASS),
+               "Again.\n" + fence.format(GREEDY), "Divide.\n" + fence.format(DIVIDES)]
+    with ScriptedServer(replies, api_key=KEY) as srv:
+        worker = {"type": "llm", "llm": {"provider": "openai", "model": "scripted-model", "base_url": srv.base_url,
+                                         "api_key_env": "RSI_TEST_META_KEY", "retry_backoff_s": 0.01}}
+        path = config(tmp_path, {"max_rounds": 5, "candidates_per_round": 2, "proposer": "llm", "worker": worker},
+                      budget={"max_calls": 3})
+        decisions, summary, records = run(path)
+        requests = [r["body"] for r in srv.requests]
+    assert len(requests) == 4 and all(r["model"] == "scripted-model" for r in requests)
+    first = request_text(requests[0])
+    assert PRIORITY_SEED.strip() in first and "curve [" in first and "landscape-source/" in first
+    assert {d["rule"] for d in of(decisions, "screen") if d["round"] == 1} == {GREEDY, GREEDY_CLASS}
+    assert all(d["failed"] == 0 for d in of(decisions, "screen")), "both faces run as inner searches"
+    second = of(decisions, "round")[1]
+    assert (second["repeated"], second["invalid"], second["measured"]) == (1, 1, 0), second
+    stop, = of(decisions, "budget")
+    assert stop["usage"]["calls"] == 4 and "max_calls 3" in stop["reason"]
+    assert len(of(decisions, "round")) == 2, "no round starts once the model budget is spent"
+    assert len(list((records.local_path() / "prompts").glob("*reflect*.md"))) == 4
+    for file in records.local_path().rglob("*"):
+        if file.is_file():
+            assert KEY.encode() not in file.read_bytes(), file
 
 
 def test_positive_but_not_significant_gain_is_rejected(tmp_path, ray_session):
