@@ -14,8 +14,8 @@ import yaml
 
 from rsi.cli import main
 from rsi.records import RunRecords
-from rsi.runner import start_run
 from rsi.scripted_server import ScriptedServer
+from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": [], "dev": ["d1", "d2"], "test": ["x1"]}
@@ -45,14 +45,6 @@ def scenario(tmp_path: Path, algorithm: dict, edits: list[dict] | None = None, w
     return path
 
 
-def run(path: Path) -> tuple[list[dict], dict, RunRecords]:
-    r = start_run(str(path))
-    summary = r.execute()
-    return r.records.decisions(), summary, r.records
-
-
-def of(decisions, kind):
-    return [d for d in decisions if d["kind"] == kind]
 
 
 def edit(version: str | None = None, reply: str = "", **files) -> dict:

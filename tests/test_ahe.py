@@ -21,6 +21,7 @@ from rsi.evaluate_target import evaluate_target
 from rsi.records import RunRecords
 from rsi.runner import start_run
 from rsi.scripted_server import ScriptedServer, request_text
+from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}
@@ -72,14 +73,6 @@ def scenario(tmp_path: Path, algorithm: dict, edits: list[dict], splits=SPLITS, 
     return path
 
 
-def run(path: Path) -> tuple[list[dict], dict, RunRecords]:
-    r = start_run(str(path))
-    summary = r.execute()
-    return r.records.decisions(), summary, r.records
-
-
-def of(decisions, kind):
-    return [d for d in decisions if d["kind"] == kind]
 
 
 def prompt(records: RunRecords, name: str) -> str:

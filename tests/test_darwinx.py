@@ -14,8 +14,8 @@ import yaml
 
 from rsi.cli import main
 from rsi.scripted_server import ScriptedServer
-from rsi.records import RunRecords
 from rsi.runner import start_run
+from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-darwinx-test-key-0123456789"
@@ -39,18 +39,10 @@ def scenario(tmp_path: Path, table: dict, edits: list[dict], algorithm: dict, as
     return path
 
 
-def run(path: Path) -> tuple[list[dict], dict, RunRecords]:
-    r = start_run(str(path))
-    summary = r.execute()
-    return r.records.decisions(), summary, r.records
-
 
 def version(v: str) -> dict:
     return {"files": {"VERSION": v + "\n"}, "reply": f"switch to {v}"}
 
-
-def of(decisions, kind):
-    return [d for d in decisions if d["kind"] == kind]
 
 
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}

@@ -21,8 +21,8 @@ from algorithms.meta.validation import c_rule, placement
 from rsi.benchmark import Task
 from rsi.cli import main
 from rsi.config import TargetConfig
-from rsi.runner import start_run
 from rsi.scripted_server import ScriptedServer, request_text
+from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]
 # 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.013 on them with an SE of
@@ -61,14 +61,6 @@ def config(tmp_path: Path, algorithm: dict, rule: str | None = None, reply: str 
     return path
 
 
-def run(path: Path):
-    r = start_run(str(path))
-    summary = r.execute()
-    return r.records.decisions(), summary, r.records
-
-
-def of(decisions, kind):
-    return [d for d in decisions if d["kind"] == kind]
 
 
 def test_symbolic_rounds_record_gate_figures_and_end_with_validation(tmp_path, ray_session):
