@@ -56,14 +56,14 @@ def distinct_rows(table, n: int):
     template = table.slice(0, 1).to_pylist()[0]
     rows = [{**template, "task_id": f"t{i % 200}", "trial": i // 200, "sample_seed": rng.getrandbits(56),
              "score": rng.choice([0.0, 0.5, 1.0]), "duration_s": rng.uniform(0.05, 2.0),
-             "trace_ref": f"traces/{1796000000000000000 + rng.getrandbits(40)}-train-{i // 16}.jsonl#{i % 16}"}
+             "trace_ref": f"traces/{1796000000000000000 + rng.getrandbits(40)}-train-{i // 16}.jsonl.gz#{i % 16}"}
             for i in range(n)]
     return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def kind_of(rel: str) -> str:
     top = rel.split("/", 1)[0]
-    return {"rollouts": "rollouts/*.parquet", "traces": "traces/*.jsonl", "blobs": "blobs + snapshots",
+    return {"rollouts": "rollouts/*.parquet", "traces": "traces/*.jsonl.gz", "blobs": "blobs + snapshots",
             "snapshots": "blobs + snapshots", "state": "state/latest.json (rewritten per step)"}.get(top, rel)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 from pathlib import Path
 
 from rsi.records import RunRecords
@@ -17,3 +18,19 @@ def run(path: Path) -> tuple[list[dict], dict, RunRecords]:
 
 def of(decisions: list[dict], kind: str) -> list[dict]:
     return [d for d in decisions if d["kind"] == kind]
+
+
+def assert_no_secret(run_dir: Path, *secrets: str) -> None:
+    """No secret value in any file of a run directory, read as stored and, for gzipped files
+    (traces), as decompressed: a compressed trace must not hide a leaked key."""
+    checked = 0
+    for path in Path(run_dir).rglob("*"):
+        if not path.is_file():
+            continue
+        data = path.read_bytes()
+        if path.suffix == ".gz":
+            data += gzip.decompress(data)
+        for secret in secrets:
+            assert secret.encode() not in data, f"{secret[:4]}… found in {path}"
+        checked += 1
+    assert checked, f"{run_dir} holds no files"

@@ -15,7 +15,7 @@ import yaml
 from rsi.cli import main
 from rsi.records import RunRecords
 from rsi.scripted_server import ScriptedServer
-from _runs import of, run
+from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": [], "dev": ["d1", "d2"], "test": ["x1"]}
@@ -167,9 +167,7 @@ def test_agent_worker_edits_the_directory_and_sees_the_archive(tmp_path, ray_ses
     assert '{"account": "v1 answers, reviewed", "score": 0.75}' in design2
     assert '{"account": "The target as given: the starting design, before any search.", "score": 0.5}' in design2
     assert "| solver | `solve.py` |" in design2
-    for path in records.local_path().rglob("*"):
-        if path.is_file():
-            assert KEY.encode() not in path.read_bytes(), path
+    assert_no_secret(records.local_path(), KEY)
 
 
 @pytest.mark.parametrize("override,needle", [

@@ -21,7 +21,7 @@ from rsi.evaluate_target import evaluate_target
 from rsi.records import RunRecords
 from rsi.runner import start_run
 from rsi.scripted_server import ScriptedServer, request_text
-from _runs import of, run
+from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}
@@ -152,9 +152,7 @@ def test_invalid_edits_declined_then_early_stop(tmp_path, ray_session):
     assert shown == [4, 5, 6, 7], "the latest 4 declines reach the next prompt"
     assert "Raw traces of the current version" in evolve8 and '### t2 (0.000, ok)\n{' in evolve8
     assert not list((records.local_path() / "prompts").glob("*debug*"))
-    for path in records.local_path().rglob("*"):
-        if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+    assert_no_secret(records.local_path(), SECRET)
     assert summary["snapshot_id"] == keep["snapshot_id"]
 
 
@@ -287,8 +285,5 @@ def test_end_to_end_miniagent_edited_by_the_agent_worker(tmp_path, ray_session):
     assert sum(MARKER in r for r in target_requests) == 4, "candidate train (2) and final test (2) rollouts"
     assert len(worker_requests) == 2 + 1 + 2, "two debugger reports, one synthesis, a write and a finish"
     assert not any(q in r for q in TEST for r in worker_requests), "test questions never reach the worker"
-    for p in records.local_path().rglob("*"):
-        if p.is_file():
-            data = p.read_bytes()
-            assert WORKER_KEY.encode() not in data and TARGET_KEY.encode() not in data, p
+    assert_no_secret(records.local_path(), WORKER_KEY, TARGET_KEY)
     assert all(r["authorized"] for r in agent.requests + answers.requests)

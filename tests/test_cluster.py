@@ -8,6 +8,7 @@ The launcher YAMLs and the KubeRay manifest are checked offline with Ray's own v
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import subprocess
@@ -174,7 +175,8 @@ def undisturbed(cluster, scenario):
 
 
 def _traces(run_dir: Path) -> list[dict]:
-    return [json.loads(line) for f in sorted((run_dir / "traces").glob("*.jsonl")) for line in f.read_text().splitlines()]
+    files = sorted((run_dir / "traces").glob("*.jsonl.gz"))
+    return [json.loads(line) for f in files for line in gzip.decompress(f.read_bytes()).decode().splitlines()]
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ import yaml
 from rsi.cli import main
 from rsi.scripted_server import ScriptedServer
 from rsi.runner import start_run
-from _runs import of, run
+from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-darwinx-test-key-0123456789"
@@ -201,9 +201,7 @@ def test_agent_worker_edits_the_directory_through_its_write_tool(tmp_path, ray_s
     assert "Preservation contract" in prompt and "| version | `VERSION` |" in prompt
     promote, = of(decisions, "promote")
     assert promote["archive"][1]["learning"] == "v1 fixed t1; keep it"
-    for f in records.local_path().rglob("*"):
-        if f.is_file():
-            assert KEY.encode() not in f.read_bytes(), f
+    assert_no_secret(records.local_path(), KEY)
 
 
 @pytest.mark.slow

@@ -22,7 +22,7 @@ from rsi.benchmark import Task
 from rsi.cli import main
 from rsi.config import TargetConfig
 from rsi.scripted_server import ScriptedServer, request_text
-from _runs import of, run
+from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
 # 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.013 on them with an SE of
@@ -137,9 +137,7 @@ def test_llm_reflector_through_the_openai_sdk_both_faces_and_budget_stop(tmp_pat
     assert stop["usage"]["calls"] == 4 and "max_calls 3" in stop["reason"]
     assert len(of(decisions, "round")) == 2, "no round starts once the model budget is spent"
     assert len(list((records.local_path() / "prompts").glob("*reflect*.md"))) == 4
-    for file in records.local_path().rglob("*"):
-        if file.is_file():
-            assert KEY.encode() not in file.read_bytes(), file
+    assert_no_secret(records.local_path(), KEY)
 
 
 def test_positive_but_not_significant_gain_is_rejected(tmp_path, ray_session):

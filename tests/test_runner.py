@@ -16,6 +16,7 @@ from rsi.cli import main
 from rsi.records import RunRecords
 from rsi.results import SCHEMA
 from rsi.runner import start_run
+from _runs import assert_no_secret
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -60,11 +61,10 @@ def test_evaluate_run_directory_is_complete(tmp_path, ray_session, capsys, monke
     assert summary["means"]["dev"] == pytest.approx(0.5)
     assert summary["means"]["test"] == pytest.approx(0.5)
     assert summary["snapshot_id"] == decisions[0]["snapshot_id"]
-    for path in run_dir.rglob("*"):
-        if path.is_file():
-            assert b"sk-should-never-appear" not in path.read_bytes(), path
-    # traces are separate files named by trace_ref
+    assert_no_secret(run_dir, "sk-should-never-appear")
+    # traces are separate gzipped JSONL files named by trace_ref
     ref = rollouts["trace_ref"][0].as_py()
+    assert ref.partition("#")[0].endswith(".jsonl.gz") and (run_dir / ref.partition("#")[0]).read_bytes()[:2] == b"\x1f\x8b"
     assert RunRecords.open(str(run_dir)).read_trace(ref)["status"] == "ok"
 
     assert main(["show", str(run_dir)]) == 0
