@@ -64,7 +64,7 @@ def distinct_rows(table, n: int):
 def kind_of(rel: str) -> str:
     top = rel.split("/", 1)[0]
     return {"rollouts": "rollouts/*.parquet", "traces": "traces/*.jsonl.gz", "blobs": "blobs + snapshots",
-            "snapshots": "blobs + snapshots", "state": "state/latest.json (rewritten per step)"}.get(top, rel)
+            "snapshots": "blobs + snapshots", "state": "state/latest.json.gz (rewritten per step)"}.get(top, rel)
 
 
 def count_writes(records_cls) -> Counter:

@@ -164,7 +164,7 @@ class Algorithm:
         return {"step": self.step, "rng": rng_state(self.rng), "usage": self.usage()}
 
     def load_state(self, state: dict) -> None:
-        """Resume from ``state/latest.json``; an algorithm without one restarts from its first
+        """Resume from the saved state (``RunRecords.read_state``); an algorithm without one restarts from its first
         decision (every stored rollout is reused)."""
         if "step" in state:
             self.set_state(state)

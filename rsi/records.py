@@ -3,7 +3,7 @@
 Layout: ``config.yaml`` (redacted), ``decisions.jsonl``, ``rollouts/*.parquet``, ``traces/*.jsonl.gz``,
 ``blobs/`` (content store) + ``snapshots/*.json`` (manifests), ``archive.jsonl``,
 ``prompts/`` (every prompt a worker was shown, for audit),
-``state/`` (algorithm state per step, for resume), ``summary.json``.
+``state/latest.json.gz`` (algorithm state after the last step, for resume), ``summary.json``.
 
 Every decision line is flushed and fsynced (local storage) before the decision is acted on,
 so a killed run loses nothing it had decided. Object stores have no append: there a JSONL file
@@ -59,6 +59,9 @@ def _json_default(o):
 
 def dumps(obj: Any) -> str:
     return json.dumps(obj, default=_json_default, ensure_ascii=False, separators=(",", ":"))
+
+
+STATE = "state/latest.json.gz"
 
 
 class RunRecords:
@@ -170,6 +173,18 @@ class RunRecords:
 
     def read_json(self, rel: str) -> Any:
         return json.loads(self.read_bytes(rel))
+
+    def write_state(self, state: dict) -> None:
+        """The algorithm's state after a step, for resume: compact gzipped JSON, replaced whole
+        (atomically) every step, so its size is what each step pays in writes."""
+        self.write_bytes(STATE, gzip.compress(dumps(state).encode(), compresslevel=1))
+
+    def read_state(self) -> dict:
+        """The last saved state; ``{}`` before the first step (a run from before states were
+        compressed keeps a plain ``state/latest.json``)."""
+        if self.exists(STATE):
+            return json.loads(gzip.decompress(self.read_bytes(STATE)))
+        return self.read_json("state/latest.json") if self.exists("state/latest.json") else {}
 
     def write_rollouts(self, table: pa.Table, tag: str) -> str:
         rel = f"rollouts/{time.time_ns()}-{tag}.parquet"

@@ -1,6 +1,6 @@
 """``rsi resume RUN_DIR``: continue a stopped or killed run from its records.
 
-The algorithm's state after its last completed step (``state/latest.json``: RNG states,
+The algorithm's state after its last completed step (``state/latest.json.gz``: RNG states,
 archive, worker states, decision count) is restored, decision lines of the interrupted step
 are dropped and re-decided, and every stored rollout is preloaded into the evaluator's cache,
 so nothing that finished runs again and the decisions equal an uninterrupted run's.
@@ -34,5 +34,5 @@ def resume_run(run_dir: str) -> dict:
     resolved = load_config(base_dir / "config.yaml", raw=records.read_config())
     prepared = prepare(resolved)
     prepared.seed = records.get_snapshot(meta["seed_snapshot_id"])
-    state = records.read_json("state/latest.json") if records.exists("state/latest.json") else {}
+    state = records.read_state()
     return Run(prepared, records, resume_state=state).execute()

@@ -55,3 +55,15 @@ def test_decisions_rollouts_and_snapshots_round_trip(tmp_path):
     records.put_snapshot(snap)
     back = records.get_snapshot(snap.snapshot_id)
     assert back.snapshot_id == snap.snapshot_id and back.text("solve.py") == snap.text("solve.py")
+
+
+def test_state_is_compact_gzipped_json_and_reads_back(tmp_path):
+    records = object_store_records(tmp_path)
+    assert records.read_state() == {}, "no state before the first step"
+    state = {"step": 3, "rng": [3, list(range(625)), None], "archive": [{"id": f"m{i}"} for i in range(50)]}
+    records.write_state(state)
+    stored = (tmp_path / "run" / "state" / "latest.json.gz").read_bytes()
+    assert stored[:2] == b"\x1f\x8b" and len(stored) < len(json.dumps(state)) / 2
+    assert records.read_state() == state
+    records.write_state({**state, "step": 4})
+    assert records.read_state()["step"] == 4, "each step replaces the state whole"

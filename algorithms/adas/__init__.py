@@ -171,7 +171,7 @@ class ADAS(Algorithm):
                  "archive_snapshot_ids": [s.snapshot_id for s in self.snapshots],
                  "best_index": self.best_index(), "declined_designs": self.declined_designs,
                  "worker_states": self.ctx.workers.states(), "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_json("state/latest.json", state)
+        self.ctx.records.write_state(state)
 
     def load_state(self, state: dict) -> None:
         self.set_state(state)

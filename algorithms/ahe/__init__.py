@@ -256,7 +256,7 @@ class AHE(Algorithm):
                  "trace_refs": self.trace_refs, "last_round": self.last_round,
                  "declined_edits": self.declined_edits, "archive": self.lineage,
                  "worker_states": self.ctx.workers.states(), "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_json("state/latest.json", state)
+        self.ctx.records.write_state(state)
 
     def load_state(self, state: dict) -> None:
         self.set_state(state)

@@ -328,7 +328,7 @@ class DarwinX(Algorithm):
                  "declined": self.declined, "tried_pairs": sorted(self.tried_pairs),
                  "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
                  "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_json("state/latest.json", state)
+        self.ctx.records.write_state(state)
 
     def load_state(self, state: dict) -> None:
         self.set_state(state)

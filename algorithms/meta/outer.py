@@ -367,7 +367,7 @@ class MetaEvolve(Algorithm):
                  "seen": sorted(self.seen), "history": self.history,
                  "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
                  "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_json("state/latest.json", state)
+        self.ctx.records.write_state(state)
 
     def load_state(self, state: dict) -> None:
         if "round" not in state:
