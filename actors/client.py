@@ -58,24 +58,30 @@ class EvaluatorClient:
             return not pending
 
         wait_with_progress(done, lambda: ray.get(self.actor.progress.remote()), label or "evaluating")
-        out = []
-        for req, ref in zip(requests, refs):
-            table, fresh, traces = ray.get(ref)
-            out.append(self._record(table, fresh, traces, req.split))
-        return out
+        return self._record([ray.get(ref) for ref in refs], requests)
 
-    def _record(self, table: pa.Table, fresh: pa.Table, traces: list[dict], split: str) -> pa.Table:
-        if self.records is None or fresh.num_rows == 0:
-            return table
+    def _record(self, results: list[tuple], requests: list[Request]) -> list[pa.Table]:
+        """Store the freshly executed rows of one call, all its requests together: one traces
+        file and one Parquet file per call (a gate round's five measurements are one file,
+        not five ~4 KB footers), written before any caller sees a row."""
+        tables = [table for table, _, _ in results]
+        if self.records is None or not any(fresh.num_rows for _, fresh, _ in results):
+            return tables
         self._seq += 1
-        rel = self.records.write_traces(traces, f"{split}-{self._seq}")
-        refs = {(t["task_id"], t["trial"]): f"{rel}#{i}" for i, t in enumerate(traces)}
-        fresh = fresh.set_column(SCHEMA.get_field_index("trace_ref"), "trace_ref",
-                                 pa.array([refs[(t, k)] for t, k in zip(fresh["task_id"].to_pylist(),
-                                                                       fresh["trial"].to_pylist())], pa.string()))
-        self.records.write_rollouts(fresh, f"{split}-{self._seq}")
-        lookup = {(t, k): r for t, k, r in zip(fresh["task_id"].to_pylist(), fresh["trial"].to_pylist(),
-                                               fresh["trace_ref"].to_pylist())}
-        merged = [lookup.get((t, k), r) for t, k, r in zip(table["task_id"].to_pylist(), table["trial"].to_pylist(),
-                                                           table["trace_ref"].to_pylist())]
-        return table.set_column(SCHEMA.get_field_index("trace_ref"), "trace_ref", pa.array(merged, pa.string()))
+        tag = f"{'-'.join(sorted({r.split for r in requests}))}-{self._seq}"
+        rel = self.records.write_traces([t for _, fresh, traces in results if fresh.num_rows for t in traces], tag)
+        ref_col = SCHEMA.get_field_index("trace_ref")
+        stored, out, offset = [], [], 0
+        for table, fresh, traces in results:
+            if fresh.num_rows == 0:
+                out.append(table)
+                continue
+            refs = {(t["task_id"], t["trial"]): f"{rel}#{offset + i}" for i, t in enumerate(traces)}
+            offset += len(traces)
+            keys = list(zip(fresh["task_id"].to_pylist(), fresh["trial"].to_pylist()))
+            stored.append(fresh.set_column(ref_col, "trace_ref", pa.array([refs[k] for k in keys], pa.string())))
+            merged = [refs.get((t, k), r) for t, k, r in zip(table["task_id"].to_pylist(), table["trial"].to_pylist(),
+                                                             table["trace_ref"].to_pylist())]
+            out.append(table.set_column(ref_col, "trace_ref", pa.array(merged, pa.string())))
+        self.records.write_rollouts(pa.concat_tables(stored), tag)
+        return out
