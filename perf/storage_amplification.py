@@ -4,7 +4,7 @@ Part 1 runs a real DarwinX search (table benchmark, scripted worker, local Ray) 
 every byte the driver writes through the run's records, by file kind, rewrites included (the
 state file is rewritten each step; on an object store, so is ``decisions.jsonl`` per line);
 the yardstick is the row's size in Arrow memory. Part 2 writes the same rows as Parquet files of
-1 to 1024 rows, since each measurement request becomes one file: the per-file cost (footer,
+1 to 1024 rows, since each measurement call (``evaluate_many``) becomes one file: the per-file cost (footer,
 schema) is what makes small screens expensive per row.
 
     unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/storage_amplification.py'
