@@ -67,3 +67,9 @@ def test_state_is_compact_gzipped_json_and_reads_back(tmp_path):
     assert records.read_state() == state
     records.write_state({**state, "step": 4})
     assert records.read_state()["step"] == 4, "each step replaces the state whole"
+
+
+def test_a_run_with_a_plain_state_file_still_resumes(tmp_path):
+    records = object_store_records(tmp_path)
+    records.write_json("state/latest.json", {"step": 2, "note": "written before states were compressed"})
+    assert records.read_state() == {"step": 2, "note": "written before states were compressed"}
