@@ -164,8 +164,8 @@ class Algorithm:
         return {"step": self.step, "rng": rng_state(self.rng), "usage": self.usage()}
 
     def load_state(self, state: dict) -> None:
-        """Resume from the saved state (``RunRecords.read_state``); an algorithm without one restarts from its first
-        decision (every stored rollout is reused)."""
+        """Resume from the saved state (``RunRecords.read_state``); an algorithm without one
+        restarts from its first decision (every stored rollout is reused)."""
         if "step" in state:
             self.set_state(state)
 

@@ -64,7 +64,8 @@ def test_evaluate_run_directory_is_complete(tmp_path, ray_session, capsys, monke
     assert_no_secret(run_dir, "sk-should-never-appear")
     # traces are separate gzipped JSONL files named by trace_ref
     ref = rollouts["trace_ref"][0].as_py()
-    assert ref.partition("#")[0].endswith(".jsonl.gz") and (run_dir / ref.partition("#")[0]).read_bytes()[:2] == b"\x1f\x8b"
+    trace_file = ref.partition("#")[0]
+    assert trace_file.endswith(".jsonl.gz") and (run_dir / trace_file).read_bytes()[:2] == b"\x1f\x8b"
     assert RunRecords.open(str(run_dir)).read_trace(ref)["status"] == "ok"
 
     assert main(["show", str(run_dir)]) == 0

@@ -179,13 +179,15 @@ class MetaEvolve(Algorithm):
         parent = self.incumbent
         best = max(confirmed, key=lambda c: c.oracle.mean_gain) if confirmed else None
         if best is not None:
-            second = (f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}" if self.p.confirm else
-                      "not confirmed (algorithm.confirm: false)")
+            if self.p.confirm:
+                second, oracle = (f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
+                                  figures(best.oracle, "oracle_"))
+            else:
+                second, oracle = "not confirmed (algorithm.confirm: false)", {}
             self.decide("admit", best.snapshot.snapshot_id, parent.snapshot_id, accepted=True,
                         reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
                                f"{second}", confirmed=self.p.confirm,
-                        round=self.round, **figures(best.gate), **(figures(best.oracle, "oracle_") if self.p.confirm else {}),
-                        rule=best.text)
+                        round=self.round, **figures(best.gate), **oracle, rule=best.text)
             self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
             self.admitted.append(best.snapshot.snapshot_id)
         top = max(cands, key=lambda c: c.gate.z) if cands else None
