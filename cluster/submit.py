@@ -58,27 +58,22 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
     ships ``working_dir`` (default: the current directory), which must be the directory the
     run's config resolved its relative paths against; that is checked here, before the cluster
     is contacted, by loading the stored config against it."""
-    from rsi.config import load_config
     from rsi.records import RunRecords
-    from rsi.runner import prepare
+    from rsi.resume import prepare_stored, unfinished
 
-    local = _is_local(address)
-    run_dir = _run_location(run_dir, local)
+    run_dir = _run_location(run_dir, _is_local(address))
     records = RunRecords.open(run_dir)
-    if records.exists("summary.json"):
+    if not unfinished(records):
         print(f"{run_dir} has finished; nothing to resume")
         return 0
-    if not records.exists("run.json"):
-        raise ConfigError(f"{run_dir}: no run.json; this run directory cannot be resumed")
     workdir = Path(working_dir or Path.cwd()).resolve()
-    resolved = load_config(workdir / "config.yaml", raw=records.read_config())
     try:
-        prepare(resolved)
+        prepared = prepare_stored(records, workdir)
     except ConfigError as exc:
         raise ConfigError(f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
                           "directory its relative paths resolve against") from None
     entrypoint = shlex.join(["python", "-m", "rsi.cli", "resume", run_dir])
-    return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_resume": "1"}, wait)
+    return _submit_job(address, entrypoint, workdir, prepared.config.run.name, run_dir, {"rsi_resume": "1"}, wait)
 
 
 def _submit_job(address: str, entrypoint: str, workdir: Path, name: str, run_dir: str, metadata: dict,

@@ -17,13 +17,25 @@ from rsi.records import RunRecords
 from rsi.runner import Run, prepare
 
 
+def unfinished(records: RunRecords) -> bool:
+    """False when the run has finished (nothing to resume); raises when it cannot be resumed."""
+    if records.exists("summary.json"):
+        return False
+    if not records.exists("run.json"):
+        raise ConfigError(f"{records.uri}: no run.json; this run directory cannot be resumed")
+    return True
+
+
+def prepare_stored(records: RunRecords, base_dir: Path):
+    """The run's own stored config, its relative paths resolved against ``base_dir``."""
+    return prepare(load_config(base_dir / "config.yaml", raw=records.read_config()))
+
+
 def resume_run(run_dir: str) -> dict:
     records = RunRecords.open(run_dir)
-    if records.exists("summary.json"):
+    if not unfinished(records):
         log(f"{run_dir} has finished; nothing to resume")
         return records.read_json("summary.json")
-    if not records.exists("run.json"):
-        raise ConfigError(f"{run_dir}: no run.json; this run directory cannot be resumed")
     meta = records.read_json("run.json")
     base_dir = Path(meta["base_dir"])
     if not base_dir.is_dir():
@@ -31,8 +43,6 @@ def resume_run(run_dir: str) -> dict:
         # deletes; a resume (itself submitted from the config's directory) resolves them here.
         log(f"resume: {base_dir} is gone; the config's relative paths resolve against {Path.cwd()}")
         base_dir = Path.cwd()
-    resolved = load_config(base_dir / "config.yaml", raw=records.read_config())
-    prepared = prepare(resolved)
+    prepared = prepare_stored(records, base_dir)
     prepared.seed = records.get_snapshot(meta["seed_snapshot_id"])
-    state = records.read_state()
-    return Run(prepared, records, resume_state=state).execute()
+    return Run(prepared, records, resume_state=records.read_state()).execute()
