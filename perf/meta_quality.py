@@ -52,13 +52,14 @@ def one_run(tmp: Path, seed: int, gate: int, z: float, confirm: bool, rounds: in
     # Each admission judged where the gate could not look: the admitted rule against the one it
     # replaced, on the SOURCE validation pairs (its own family, instances the loop never saw).
     validation = [(200_000 + i, 0) for i in range(report["benchmark"]["validation_pairs_per_family"])]
-    before = PRIORITY_SEED
+    on_validation = lambda rule: scores(rule, "landscape-source", validation, report["benchmark"]["budget"])  # noqa: E731
+    before = on_validation(PRIORITY_SEED)
     for a in report["admits"]:
-        gain = scores(a["rule"], "landscape-source", validation, report["benchmark"]["budget"]) - \
-            scores(before, "landscape-source", validation, report["benchmark"]["budget"])
+        after = on_validation(a["rule"])
+        gain = after - before
         a["validation_gain"], a["validation_wins"], a["validation_losses"] = \
             float(gain.mean()), int((gain > 0).sum()), int((gain < 0).sum())
-        before = a["rule"]
+        before = after  # the next admission replaced this rule
     report["elapsed_s"] = time.monotonic() - t0
     report["candidates"] = sum(d["kind"] == "screen" for d in decisions)
     report["invalid"] = sum(d["kind"] == "invalid" for d in decisions)
@@ -91,7 +92,8 @@ def main() -> None:
     cache_path = Path(args.out).with_suffix(".json")
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not args.fresh else {}
     seeds = [int(s) for s in args.seeds.split(",")]
-    variants = [(int(v[0]), float(v[1]), v[2:] != ["noconfirm"]) for v in (x.split(":") for x in args.variants.split(","))]
+    variants = [(int(v[0]), float(v[1]), v[2:] != ["noconfirm"])
+                for v in (x.split(":") for x in args.variants.split(","))]
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
              namespace="rsi")
     with tempfile.TemporaryDirectory() as tmp:

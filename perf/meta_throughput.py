@@ -29,6 +29,7 @@ from pathlib import Path
 
 from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
 from algorithms.meta.target import PolicyTarget
+from algorithms.meta.validation import c_rule
 from rsi.config import EvaluatorConfig, TargetConfig
 from rsi.records import RunRecords
 from rsi.results import Request
@@ -69,13 +70,16 @@ def fanned(client, rules: list[Snapshot], salt: str) -> tuple[float, float, int]
 
 
 def rule_snapshots(seed: Snapshot, constants: list[float]) -> list[Snapshot]:
-    """The seed rule and flat PUCT at other constants: a round's incumbent and candidates."""
+    """The seed rule and flat PUCT at other constants (``c_rule``): a round's incumbent and
+    candidates."""
     out = []
     for c in constants:
+        if c == 1.0:
+            out.append(seed)
+            continue
         with seed.check_out() as work:
-            path = work / "policy.py"
-            path.write_text(path.read_text().replace("rank + 1.0 *", f"rank + {c!r} *"))
-            out.append(seed.commit(work, "*") if c != 1.0 else seed)
+            (work / "policy.py").write_text(c_rule(c))
+            out.append(seed.commit(work, "*"))
     return out
 
 
@@ -93,7 +97,6 @@ def main() -> None:
     import ray
 
     from actors.client import EvaluatorClient
-
 
     def target_for(budget: int) -> PolicyTarget:
         bench = LandscapeBenchmark(MetaParams(name="meta_landscape", holdout=args.holdout, budget=budget))
@@ -196,8 +199,8 @@ def write(args, n, s_wall, s_inner, rows, fixed, ceiling, load) -> None:
         "",
         "```",
         f"unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/meta_throughput.py "
-        f"--holdout {args.holdout} --rules {args.rules} --budget {args.budget} --cpus {args.cpus} --repeats {args.repeats} "
-        f"--batch-sizes {args.batch_sizes}'",
+        f"--holdout {args.holdout} --rules {args.rules} --budget {args.budget} --cpus {args.cpus} "
+        f"--repeats {args.repeats} --batch-sizes {args.batch_sizes}'",
         "```",
     ]
     Path(args.out).write_text("\n".join(lines) + "\n")
