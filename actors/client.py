@@ -26,19 +26,19 @@ class EvaluatorClient:
 
     @classmethod
     def start(cls, run_id: str, target, config, run_seed: int, deterministic: bool, records: RunRecords | None,
-              name: str | None = None):
+              name: str | None = None, fingerprint: str | None = None):
         opts = {"name": name, "lifetime": None} if name else {}
         # Pinned to the driver's node: it owns every rollout task of the run, and a lost driver
         # node ends the run anyway, so this placement adds no point of failure. (A soft affinity
         # is not enough: Ray places a zero-CPU actor elsewhere when the driver's node has no CPUs.)
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor = Evaluator.options(**opts).remote(run_id, target, config, run_seed, deterministic)
+        actor = Evaluator.options(**opts).remote(run_id, target, config, run_seed, deterministic, fingerprint)
         return cls(actor, records)
 
     def split_ids(self, split: str) -> list[str]:
         return ray.get(self.actor.split_ids.remote(split))
 
-    def preload(self, table: pa.Table) -> int:
+    def preload(self, table: pa.Table) -> dict:
         return ray.get(self.actor.preload.remote(table))
 
     def stats(self) -> dict:

@@ -42,10 +42,13 @@ class _Progress:
 
 @ray.remote(num_cpus=0, max_concurrency=32)
 class Evaluator:
-    def __init__(self, run_id: str, target, config: EvaluatorConfig, run_seed: int, deterministic: bool):
+    def __init__(self, run_id: str, target, config: EvaluatorConfig, run_seed: int, deterministic: bool,
+                 fingerprint: str | None = None):
         self.run_id = run_id
         self.target_ref = ray.put(target)
-        self.fingerprint = target.fingerprint()
+        # The driver passes the fingerprint of the target as configured; a target it rebuilt
+        # for this process only (a local model server's port) must not change the cache key.
+        self.fingerprint = fingerprint or target.fingerprint()
         self.config = config
         self.run_seed = run_seed
         self.deterministic = deterministic
@@ -65,13 +68,15 @@ class Evaluator:
     def split_ids(self, split: str) -> list[str]:
         return list(self.tasks[split])
 
-    def preload(self, table: pa.Table) -> int:
-        """Resume: every stored row becomes a cache entry (only rows of this target)."""
-        n = 0
-        for row in table.to_pylist():
-            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], self.fingerprint)] = row
-            n += 1
-        return n
+    def preload(self, table: pa.Table) -> dict:
+        """Resume: stored rows measured under this target's fingerprint become cache entries.
+        Rows of another fingerprint (the benchmark, harness or limits changed) or of none (a run
+        from before rows carried it) are never trusted: those rollouts run again when asked.
+        -> ``{"cached": n, "stale": m}``."""
+        fresh = table.filter(pc.equal(table["fingerprint"], self.fingerprint))
+        for row in fresh.to_pylist():
+            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], row["fingerprint"])] = row
+        return {"cached": fresh.num_rows, "stale": table.num_rows - fresh.num_rows}
 
     def progress(self) -> dict:
         with self.lock:
@@ -98,6 +103,8 @@ class Evaluator:
             self.progress_by_req[rid] = _Progress(total=len(specs), done=len(cached))
         try:
             fresh, traces = self._run(req, todo, rid)
+            fresh = fresh.set_column(fresh.schema.get_field_index("fingerprint"), "fingerprint",
+                                     pa.array([self.fingerprint] * fresh.num_rows, pa.string()))
         finally:
             with self.lock:
                 self.progress_by_req.pop(rid, None)

@@ -51,7 +51,8 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
     return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_config": config_rel}, wait)
 
 
-def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wait: bool = True) -> int:
+def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wait: bool = True,
+                  allow_changed: bool = False) -> int:
     """Submit ``rsi resume RUN_DIR`` as a job: the way back from a lost driver on a cluster.
 
     The run directory must be readable from here (an object store or a shared path). The job
@@ -59,7 +60,7 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
     run's config resolved its relative paths against; that is checked here, before the cluster
     is contacted, by loading the stored config against it."""
     from rsi.records import RunRecords
-    from rsi.resume import prepare_stored, unfinished
+    from rsi.resume import check_unchanged, prepare_stored, unfinished
 
     run_dir = _run_location(run_dir, _is_local(address))
     records = RunRecords.open(run_dir)
@@ -72,7 +73,8 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
     except ConfigError as exc:
         raise ConfigError(f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
                           "directory its relative paths resolve against") from None
-    entrypoint = shlex.join(["python", "-m", "rsi.cli", "resume", run_dir])
+    check_unchanged(records, prepared, allow_changed)
+    entrypoint = shlex.join(["python", "-m", "rsi.cli", "resume", run_dir, *(["--allow-changed"] if allow_changed else [])])
     return _submit_job(address, entrypoint, workdir, prepared.config.run.name, run_dir, {"rsi_resume": "1"}, wait)
 
 

@@ -8,6 +8,9 @@ evaluation, not shipped per task.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,8 +80,18 @@ class Benchmark(ABC):
         """Score one rollout's JSON output. Must not raise on hostile output: return 0."""
 
     def fingerprint(self) -> str:
-        """Part of the rollout cache key: changes whenever scoring would."""
-        return f"{self.name}:{self.params.model_dump_json()}"
+        """Part of the rollout cache key: changes whenever a score could. It hashes the suite's
+        parameters, the bytes of its code and shipped data (every file of the package that
+        defines it), the harness, and ``data_fingerprint()`` for data kept elsewhere."""
+        h = hashlib.sha256(f"{self.name}|{self.params.model_dump_json()}|{self.data_fingerprint()}".encode())
+        h.update(_code_digest(type(self)).encode())
+        if self.harness is not None:
+            h.update(hashlib.sha256(Path(self.harness).read_bytes()).hexdigest().encode())
+        return f"{self.name}:{h.hexdigest()[:16]}"
+
+    def data_fingerprint(self) -> str:
+        """A digest of data that lives outside the suite's package (a user's file); "" if none."""
+        return ""
 
     def report(self, table, split: str) -> list[dict]:
         """Rows for the CLI's results table (per dataset where the suite has datasets)."""
@@ -88,3 +101,16 @@ class Benchmark(ABC):
 
     def dataset_of(self, task: Task) -> str:
         return task.meta.get("dataset", self.name)
+
+
+@functools.lru_cache(maxsize=None)
+def _code_digest(cls: type) -> str:
+    """Digest of every file beside the module that defines ``cls`` (its package directory, data
+    included): an edit to scoring code, instance generation or a shipped data file changes it.
+    Computed once per process; ``__pycache__`` is not content."""
+    root = Path(inspect.getfile(cls)).resolve().parent
+    h = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        h.update(f"{path.relative_to(root).as_posix()}\0".encode())
+        h.update(hashlib.sha256(path.read_bytes()).digest())
+    return h.hexdigest()

@@ -48,6 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("resume", help="continue a run that was stopped or killed")
     rs.add_argument("run_dir")
+    rs.add_argument("--allow-changed", action="store_true",
+                    help="resume although the benchmark, harness or target limits changed (re-executes their rollouts)")
     rs.set_defaults(func=cmd_resume)
 
     e = sub.add_parser("eval", help="measure one target directory on a benchmark")
@@ -78,6 +80,7 @@ def build_parser() -> argparse.ArgumentParser:
                                           "(default: the current directory)")
     sb.add_argument("--address", required=True, help="the cluster's job server, e.g. http://HEAD:8265")
     sb.add_argument("--run-dir")
+    sb.add_argument("--allow-changed", action="store_true", help="with --resume: as `rsi resume --allow-changed`")
     sb.add_argument("--no-wait", action="store_true", help="return after submission instead of streaming logs")
     sb.set_defaults(func=cmd_submit)
     return p
@@ -120,7 +123,7 @@ def cmd_resume(args, extra) -> int:
     from rsi.report import print_summary
     from rsi.resume import resume_run
 
-    summary = resume_run(args.run_dir)
+    summary = resume_run(args.run_dir, args.allow_changed)
     print_summary(summary)
     return 0
 
@@ -168,9 +171,12 @@ def cmd_submit(args, extra) -> int:
         if args.config or args.run_dir or extra:
             raise ConfigError("rsi submit --resume RUN_DIR takes no config, --run-dir or overrides: the run's own "
                               "config is resumed as it was")
-        return submit_resume(args.resume, args.address, args.working_dir, wait=not args.no_wait)
+        return submit_resume(args.resume, args.address, args.working_dir, wait=not args.no_wait,
+                             allow_changed=args.allow_changed)
     if not args.config:
         raise ConfigError("rsi submit: give a config, or --resume RUN_DIR")
+    if args.allow_changed:
+        raise ConfigError("--allow-changed goes with --resume: a new run has nothing stored to re-execute")
     if args.working_dir:
         raise ConfigError("--working-dir goes with --resume; a new run ships its config's directory")
     return submit(args.config, args.address, _overrides(extra), args.run_dir, wait=not args.no_wait)

@@ -32,6 +32,9 @@ SCHEMA = pa.schema(
         ("tokens_out", pa.int64()),
         ("cost_usd", pa.float64()),
         ("trace_ref", pa.string()),
+        # The target fingerprint the row was measured under (code, data, harness, limits): the
+        # rollout cache reuses a row only under the same one. Null in runs from before it.
+        ("fingerprint", pa.string()),
     ]
 )
 

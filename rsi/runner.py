@@ -7,6 +7,7 @@ a Ray start or a model call exists (ConfigError: the CLI prints one line and exi
 from __future__ import annotations
 
 import contextlib
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from rsi.algorithm import RunContext
 from rsi.benchmark import Benchmark
@@ -56,14 +58,44 @@ def prepare(resolved: Resolved) -> Prepared:
     return Prepared(resolved, benchmark, target, seed)
 
 
+#: The run directory's layout version (``run.json``). 2: rollout rows carry the target
+#: fingerprint, and run.json records it with provenance. Runs without it are version 1.
+SCHEMA_VERSION = 2
+
+
+def provenance(base_dir: Path) -> dict:
+    """What produced a run: package versions, the config's git commit (when it is in a
+    repository), and the machine. For the reader of a run directory, never for a decision."""
+    import importlib.metadata as md
+    import platform
+    import subprocess
+
+    versions = {}
+    for pkg in ("rsi", "ray", "pyarrow", "numpy", "pydantic"):
+        try:
+            versions[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            versions[pkg] = None
+    try:
+        commit = subprocess.run(["git", "-C", str(base_dir), "rev-parse", "HEAD"], capture_output=True,
+                                text=True, timeout=5).stdout.strip() or None
+    except (OSError, subprocess.TimeoutExpired):
+        commit = None
+    return {"versions": versions, "python": platform.python_version(), "git_commit": commit,
+            "machine": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()}}
+
+
 def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Run":
     prepared = prepare(load_config(config_path, overrides))
     run = prepared.config.run
     records = RunRecords.create(run.storage, run.name, run_dir)
     records.write_config(prepared.config.redacted())
-    records.write_json("run.json", {"base_dir": str(prepared.config.base_dir),
+    records.write_json("run.json", {"schema_version": SCHEMA_VERSION,
+                                    "base_dir": str(prepared.config.base_dir),
                                     "seed_snapshot_id": prepared.seed.snapshot_id,
-                                    "config_path": str(Path(config_path).resolve())})
+                                    "config_path": str(Path(config_path).resolve()),
+                                    "fingerprint": prepared.target.fingerprint(),
+                                    "provenance": provenance(prepared.config.base_dir)})
     records.put_snapshot(prepared.seed)
     return Run(prepared, records)
 
@@ -101,7 +133,8 @@ class Run:
         t0 = time.monotonic()
         connect(cfg.run.ray)
         evaluator = EvaluatorClient.start(self.run_id, target, cfg.run.evaluator, cfg.run.seed,
-                                          cfg.run.target.deterministic, self.records)
+                                          cfg.run.target.deterministic, self.records,
+                                          fingerprint=self.p.target.fingerprint())
         state = self.resume_state or {}
         workers = None
         if cfg.worker_cfg is not None:
@@ -115,12 +148,15 @@ class Run:
                          cfg.secrets(), self.run_id, archive)
         algo = cfg.algo_cls(ctx, cfg.algo_params)
         if self.resume_state is not None:
-            reused = evaluator.preload(self.records.rollouts())
+            loaded = evaluator.preload(self.records.rollouts())
             self.records.truncate_lines("decisions.jsonl", state.get("decisions", 0))
             archive.truncate(len(state.get("archive", [])))
             if state:
                 algo.load_state(state)
-            log(f"resume: continuing after step {state.get('step', 0)}; {reused} stored rollouts reused")
+            stale = (f"; {loaded['stale']} measured under another target fingerprint (or none) run again"
+                     if loaded["stale"] else "")
+            log(f"resume: continuing after step {state.get('step', 0)}; {loaded['cached']} stored rollouts "
+                f"reusable{stale}")
         promoted = algo.run()
         self.records.put_snapshot(promoted)
         test = None
@@ -140,6 +176,7 @@ class Run:
 
     def summary(self, promoted: Snapshot, test: pa.Table | None, stats: dict, elapsed: float) -> dict:
         rows = self.records.rollouts()
+        rows = rows.filter(pc.equal(rows["fingerprint"], self.p.target.fingerprint()))  # this target's rows only
         means = {}
         for split in ("train", "dev", "test"):
             mask = np.array([(s == promoted.snapshot_id and sp == split)

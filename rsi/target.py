@@ -8,6 +8,7 @@ so they are plain picklable objects built once per evaluation.
 from __future__ import annotations
 
 import hashlib
+import inspect
 import sys
 import time
 from abc import ABC, abstractmethod
@@ -43,8 +44,11 @@ class Target(ABC):
         """Startup checks against the seed version (ConfigError: exit 2, nothing started)."""
 
     def fingerprint(self) -> str:
-        """Everything besides the snapshot that decides a rollout's outcome (cache key part)."""
-        body = f"{self.kind}|{self.config.model_dump_json()}|{self.benchmark.fingerprint()}"
+        """Everything besides the snapshot that decides a rollout's outcome (cache key part):
+        the kind, the target config (limits included), the bytes of the module that runs the
+        rollout, and the benchmark's own fingerprint (its code, data and harness)."""
+        code = hashlib.sha256(Path(inspect.getfile(type(self))).read_bytes()).hexdigest()
+        body = f"{self.kind}|{self.config.model_dump_json()}|{code}|{self.benchmark.fingerprint()}"
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
     @abstractmethod

@@ -121,7 +121,7 @@ def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):
         stored_before = len(keys)
         driver = Driver(env, tmp_path, "resume", str(run_dir))
     out = driver.finish()
-    assert "stored rollouts reused" in out
+    assert "stored rollouts reusable" in out
 
     assert comparable(decisions(run_dir)) == comparable(expected)
     keys = rollout_keys(run_dir)

@@ -111,9 +111,9 @@ class TableBenchmark(Benchmark):
     def _split(self, split: str) -> list[Task]:
         return [Task(t, {"task_id": t}, {"dataset": split}) for t in self.splits[split]]
 
-    def fingerprint(self) -> str:
+    def data_fingerprint(self) -> str:
         # The file's content, not its name, decides every score.
-        return f"{self.name}:{self.digest}"
+        return self.digest
 
     def score(self, task: Task, output: dict, trial: int) -> Score:
         answer = output.get("answer") if isinstance(output, dict) else None
