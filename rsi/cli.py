@@ -157,9 +157,10 @@ def cmd_export(args, extra) -> int:
     else:
         snapshot_id = args.snapshot
     dest = Path(args.dest)
-    if dest.exists() and any(dest.iterdir()):
-        raise ConfigError(f"{dest} exists and is not empty")
-    records.get_snapshot(snapshot_id).materialize(dest)
+    if dest.exists() and (not dest.is_dir() or any(dest.iterdir())):
+        raise ConfigError(f"{dest} exists and is not an empty directory")
+    snapshot = records.get_snapshot(snapshot_id)  # checked: every path stays inside dest
+    snapshot.materialize(dest)
     print(f"exported snapshot {snapshot_id} to {dest}")
     return 0
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import copy
 import difflib
+import math
 import os
 import re
 from pathlib import Path
@@ -18,6 +19,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from rsi.errors import ConfigError
+from rsi.untrusted import MAX_BYTES
 
 # Values that look like a credential written into the file instead of named by variable.
 _KEY_PATTERNS = [
@@ -31,7 +33,7 @@ _SECRET_KEY_NAMES = re.compile(r"(^|_)(api_?key|secret|token|password)$", re.I)
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
 
 class RayConfig(Strict):
@@ -41,12 +43,15 @@ class RayConfig(Strict):
 
 
 class LimitsConfig(Strict):
-    timeout_s: float = Field(60.0, gt=0, description="wall-clock limit of one rollout")
-    cpu_s: int | None = Field(None, ge=1, description="CPU seconds (default: timeout + 1)")
-    memory_mb: int = Field(2048, ge=64, description="address-space limit of the rollout process")
-    max_procs: int = Field(64, ge=1, description="processes/threads a rollout may create")
-    file_size_mb: int = Field(64, ge=1, description="largest file a rollout may write")
-    stdout_max_bytes: int = Field(8 * 1024 * 1024, ge=1024, description="stdout cap; over it: protocol_error")
+    timeout_s: float = Field(60.0, gt=0, le=86400, description="wall-clock limit of one rollout (at most a day)")
+    cpu_s: int | None = Field(None, ge=1, le=604800,
+                              description="CPU seconds, all threads together (default: timeout + 1; at most a week)")
+    memory_mb: int = Field(2048, ge=64, le=1048576,
+                           description="address-space limit of the rollout process (at most 1 TiB)")
+    max_procs: int = Field(64, ge=1, le=4096, description="processes/threads a rollout may create (at most 4096)")
+    file_size_mb: int = Field(64, ge=1, le=65536, description="largest file a rollout may write (at most 64 GiB)")
+    stdout_max_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=MAX_BYTES,
+                                  description=f"stdout cap; over it: protocol_error (at most {MAX_BYTES} bytes)")
 
 
 class TargetConfig(Strict):
@@ -63,7 +68,8 @@ class TargetConfig(Strict):
 
 
 class EvaluatorConfig(Strict):
-    num_cpus: float = Field(1.0, ge=0, description="CPUs per rollout task (0 or a fraction for model-bound work)")
+    num_cpus: float = Field(1.0, ge=0, le=1024,
+                            description="CPUs per rollout task (0 or a fraction for model-bound work; at most 1024)")
     resources: dict[str, float] = Field(default_factory=dict, description="custom resources per rollout task")
     max_concurrency: int | None = Field(None, ge=1, description="rollout tasks in flight at once (rate limits)")
     batch_size: int | None = Field(None, ge=1, description="rollouts per remote task (default: automatic)")
@@ -114,18 +120,77 @@ class Resolved:
 
 
 # ---- loading ---------------------------------------------------------------------------------
+#: Nodes a config may hold once its aliases are expanded. A config is a few hundred; a file
+#: of nested aliases (a "billion laughs") expands exponentially and is refused before it is.
+MAX_YAML_NODES = 100_000
+
+
 def read_yaml(path: str | Path) -> Any:
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
     try:
-        return yaml.safe_load(path.read_text()) or {}
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = exc.object[exc.start]
+        raise ConfigError(f"{path}: not UTF-8 text (byte 0x{bad:02x} at offset {exc.start})") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        return load_yaml(text, str(path)) or {}
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark
         where = f"{path}:{mark.line + 1}:{mark.column + 1}" if mark else str(path)
-        raise ConfigError(f"{where}: YAML syntax error: {exc.problem}") from None
+        raise ConfigError(f"{where}: YAML syntax error: {_one_line(exc.problem or exc.context)}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: YAML error: {exc}") from None
+        raise ConfigError(f"{path}: YAML error: {_one_line(exc)}") from None
+
+
+def load_yaml(text: str, where: str) -> Any:
+    """``yaml.safe_load`` that refuses a document whose aliases expand past ``MAX_YAML_NODES``
+    nodes, or refer to themselves, before building it (ConfigError naming ``where``)."""
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _check_expansion(node, where)
+        return loader.construct_document(node)
+    except RecursionError:
+        raise ConfigError(f"{where}: YAML nested too deeply") from None
+    finally:
+        loader.dispose()
+
+
+def _check_expansion(root: yaml.Node, where: str) -> None:
+    """Count the nodes of the document as if every alias were a copy (each distinct node once,
+    memoised, iteratively): linear in the file, however much it would expand."""
+    def children(node):
+        if isinstance(node, yaml.MappingNode):
+            return [n for pair in node.value for n in pair]
+        return node.value if isinstance(node, yaml.SequenceNode) else []
+
+    sizes: dict[int, int] = {}
+    started: set[int] = set()
+    stack = [(root, False)]
+    while stack:
+        node, done = stack.pop()
+        key = id(node)
+        if done:
+            started.discard(key)
+            sizes[key] = 1 + sum(sizes[id(c)] for c in children(node))
+            if sizes[key] > MAX_YAML_NODES:
+                raise ConfigError(f"{where}: YAML aliases expand to more than {MAX_YAML_NODES} nodes")
+        elif key not in sizes:
+            if key in started:
+                raise ConfigError(f"{where}: YAML alias refers to a node that contains it (a recursive structure)")
+            started.add(key)
+            stack.append((node, True))
+            stack.extend((c, False) for c in children(node) if id(c) not in sizes)
+
+
+def _one_line(text: Any) -> str:
+    return " ".join(str(text).split())
 
 
 def apply_overrides(raw: dict, overrides: Iterable[tuple[str, str]]) -> dict:
@@ -139,7 +204,7 @@ def apply_overrides(raw: dict, overrides: Iterable[tuple[str, str]]) -> dict:
                 raise ConfigError(f"override --{dotted}: {k} is not a mapping")
             node = node[k]
         try:
-            node[keys[-1]] = yaml.safe_load(text)
+            node[keys[-1]] = load_yaml(text, f"override --{dotted}")
         except yaml.YAMLError:
             raise ConfigError(f"override --{dotted}: {text!r} is not a YAML scalar") from None
     return raw
@@ -173,7 +238,9 @@ def load_config(path: str | Path, overrides: Iterable[tuple[str, str]] = (), raw
     raw = apply_overrides(raw, overrides)
     where = str(path)
     check_literal_secrets(raw, where)
+    check_finite(raw, where)
     run = validate_model(RunConfig, raw, where, "")
+    check_local_cpus(run, where)
     base_dir = path.parent.resolve() if path.name else Path.cwd()
     base_dir = _project_root(base_dir)
 
@@ -187,10 +254,32 @@ def load_config(path: str | Path, overrides: Iterable[tuple[str, str]] = (), raw
     worker_cfg = None
     if "worker" in run.algorithm and run.algorithm["worker"] is not None:
         worker_cfg = validate_worker(run.algorithm["worker"], where)
+    for prefix, params in (("benchmark", bench_params), ("algorithm", algo_params),
+                           ("algorithm.worker", worker_cfg)):
+        if params is not None:  # a string such as "1e999" becomes inf only in validation
+            check_finite(params.model_dump(), where, prefix)
     check_credentials_set(raw, where)
     resolved = Resolved(raw, run, bench_params, algo_cls, algo_params, worker_cfg, base_dir)
     algo_cls.check_config(resolved)
     return resolved
+
+
+def check_finite(raw: Any, where: str, prefix: str = "") -> None:
+    """Every number in a config is finite: ``.inf``/``.nan`` (or a float literal past the float
+    range) would otherwise reach timeouts, budgets and statistics."""
+    for p, v in _walk(raw, prefix):
+        if isinstance(v, float) and not math.isfinite(v):
+            raise ConfigError(f"{where}: {p}: must be a finite number (got {v!r})")
+
+
+def check_local_cpus(run: "RunConfig", where: str) -> None:
+    """A rollout asking for more CPUs than a local Ray has would wait forever, never start."""
+    if run.ray.address != "local":
+        return  # a cluster's size is known only once connected (and an autoscaler may grow it)
+    total = run.ray.num_cpus or os.cpu_count() or 1
+    if run.evaluator.num_cpus > total:
+        raise ConfigError(f"{where}: evaluator.num_cpus: each rollout asks for {run.evaluator.num_cpus:g} CPUs but "
+                          f"the local Ray has {total} (ray.num_cpus, or this machine's CPUs); no rollout could start")
 
 
 def _project_root(config_dir: Path) -> Path:

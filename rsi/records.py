@@ -16,6 +16,7 @@ import gzip
 import io
 import json
 import os
+import re
 import threading
 import time
 import uuid
@@ -29,7 +30,7 @@ import yaml
 
 from rsi.errors import ClusterError, ConfigError
 from rsi.results import SCHEMA, concat
-from rsi.snapshot import Snapshot
+from rsi.snapshot import Snapshot, is_digest
 
 
 def open_fs(uri: str) -> tuple[pafs.FileSystem, str]:
@@ -76,10 +77,21 @@ class RunRecords:
     def create(cls, storage: str, name: str, run_dir: str | None = None) -> "RunRecords":
         uri = run_dir or new_run_uri(storage, name)
         fs, root = open_fs(uri)
-        info = fs.get_file_info(f"{root}/decisions.jsonl")
-        if info.type != pafs.FileType.NotFound:
-            raise ConfigError(f"run directory {uri} already holds a run; use `rsi resume {uri}`")
-        fs.create_dir(root, recursive=True)
+        kind = fs.get_file_info(root).type
+        if kind == pafs.FileType.Directory:
+            if any(fs.get_file_info(f"{root}/{rel}").type != pafs.FileType.NotFound
+                   for rel in ("decisions.jsonl", "run.json")):
+                raise ConfigError(f"run directory {uri} already holds a run; use `rsi resume {uri}`")
+            if fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
+                # A run writes config.yaml, blobs/, … into its directory: never over a user's files.
+                raise ConfigError(f"run directory {uri} exists and is not empty (and holds no run); "
+                                  "give a new or empty directory")
+        elif kind != pafs.FileType.NotFound:
+            raise ConfigError(f"run directory {uri} is an existing file, not a directory")
+        try:
+            fs.create_dir(root, recursive=True)
+        except OSError as exc:  # a parent that is a file, no permission
+            raise ConfigError(f"run directory {uri} cannot be created: {' '.join(str(exc).split())}") from None
         return cls(fs, root, uri if "://" in uri else root)
 
     @classmethod
@@ -229,10 +241,22 @@ class RunRecords:
         self.write_json(f"snapshots/{snap.snapshot_id}.json", snap.manifest())
 
     def get_snapshot(self, snapshot_id: str) -> Snapshot:
+        """A stored snapshot, checked by ``Snapshot.from_manifest`` (safe paths, digests, id);
+        only well-formed names are read, so no file outside ``snapshots/`` and ``blobs/`` is."""
+        if not (isinstance(snapshot_id, str) and re.fullmatch(r"[0-9a-f]{1,64}", snapshot_id)):
+            raise ConfigError(f"{self.uri}: {snapshot_id!r} is not a snapshot id")
         if not self.exists(f"snapshots/{snapshot_id}.json"):
             raise ConfigError(f"{self.uri}: no snapshot {snapshot_id}")
-        manifest = self.read_json(f"snapshots/{snapshot_id}.json")
-        blobs = {d: self.read_bytes(f"blobs/{d}") for d, _, _ in manifest["files"].values()}
+        try:
+            manifest = self.read_json(f"snapshots/{snapshot_id}.json")
+        except ValueError as exc:
+            raise ConfigError(f"{self.uri}: snapshot {snapshot_id}: manifest is not JSON ({exc})") from None
+        files = manifest.get("files") if isinstance(manifest, dict) else None
+        entries = files.values() if isinstance(files, dict) else []
+        digests = {e[0] for e in entries if isinstance(e, list) and e and is_digest(e[0])}
+        blobs = {d: self.read_bytes(f"blobs/{d}") for d in sorted(digests) if self.exists(f"blobs/{d}")}
+        if isinstance(manifest, dict) and manifest.get("snapshot_id") != snapshot_id:
+            raise ConfigError(f"{self.uri}: snapshots/{snapshot_id}.json holds another snapshot id")
         return Snapshot.from_manifest(manifest, blobs)
 
     def iter_snapshot_ids(self) -> Iterator[str]:

@@ -772,16 +772,23 @@ def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str]) -> tuple[s
 
 
 def _parse(stdout: bytes, required_keys: Iterable[str]) -> tuple[str, dict | None, str]:
+    from rsi.untrusted import Invalid, Malformed, loads  # bounded depth and size, finite numbers
+
     text = stdout.decode("utf-8", errors="replace").strip()
     if not text:
         return "protocol_error", None, "no output on stdout"
     try:
-        obj = json.loads(text)
-    except ValueError:
+        obj = loads(text)
+    except Invalid as whole:
         last = text.rsplit("\n", 1)[-1].strip()
         try:
-            obj = json.loads(last)
-        except ValueError:
+            if last == text:
+                raise whole
+            obj = loads(last)
+        except Invalid as exc:
+            broken = next((e for e in (whole, exc) if not isinstance(e, Malformed)), None)
+            if broken is not None:  # JSON, but over a bound: deep nesting, NaN, too large
+                return "protocol_error", None, f"stdout: {broken}"
             return "protocol_error", None, f"stdout is not a JSON object (last line: {_clip(last)})"
     if not isinstance(obj, dict):
         return "protocol_error", None, f"stdout is a JSON {type(obj).__name__}, not an object"

@@ -31,11 +31,45 @@ def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def is_digest(value: object) -> bool:
+    """A blob name as ``sha256`` writes it (so a blob path never leaves ``blobs/``)."""
+    return isinstance(value, str) and len(value) == 64 and all(c in "0123456789abcdef" for c in value)
+
+
 @dataclass(frozen=True)
 class FileEntry:
     digest: str
     component: str
     executable: bool
+
+
+def unsafe_path(rel: object) -> str | None:
+    """Why ``rel`` cannot name a file inside a snapshot, or None. A snapshot path is relative,
+    ``/``-separated, without empty, ``.`` or ``..`` parts and without NUL: joined to any
+    destination it stays inside it (a hand-made or corrupted manifest must not write elsewhere)."""
+    if not isinstance(rel, str) or not rel:
+        return "not a non-empty string"
+    if "\0" in rel:
+        return "contains a NUL byte"
+    if rel.startswith("/"):
+        return "is absolute"
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return "has an empty, '.' or '..' part"
+    return None
+
+
+def check_paths(paths: Iterable[str], where: str) -> None:
+    """ConfigError naming the first unsafe path, or a file that is also another file's folder."""
+    paths = list(paths)
+    for rel in paths:
+        why = unsafe_path(rel)
+        if why:
+            raise ConfigError(f"{where}: unsafe path {rel!r}: {why}")
+    folders = {rel.rsplit("/", 1)[0] for rel in paths if "/" in rel}
+    folders |= {f.rsplit("/", i)[0] for f in list(folders) for i in range(1, f.count("/") + 1)}
+    clash = sorted(folders & set(paths))
+    if clash:
+        raise ConfigError(f"{where}: {clash[0]!r} is both a file and a folder")
 
 
 def is_runtime_artifact(rel: str) -> bool:
@@ -143,6 +177,7 @@ class Snapshot:
 
     def materialize(self, dest: str | Path) -> Path:
         dest = Path(dest)
+        check_paths(self.files, f"snapshot {self.snapshot_id}")  # nothing lands outside dest
         for rel, entry in self.files.items():
             path = dest / rel
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -204,11 +239,31 @@ class Snapshot:
 
     @classmethod
     def from_manifest(cls, manifest: dict, blobs: Mapping[str, bytes]) -> "Snapshot":
-        files = {p: FileEntry(d, c, bool(x)) for p, (d, c, x) in manifest["files"].items()}
-        rules = yaml.safe_load(blobs[files[COMPONENTS_FILE].digest])
+        """A stored snapshot, checked: safe paths, well-formed entries, blobs matching their
+        digests, and an id matching the content (ConfigError otherwise)."""
+        sid = manifest.get("snapshot_id") if isinstance(manifest, dict) else None
+        where = f"snapshot {sid}" if isinstance(sid, str) and sid.isalnum() else f"snapshot {sid!r}"
+        if not isinstance(manifest, dict) or not isinstance(manifest.get("files"), dict):
+            raise ConfigError(f"{where}: manifest has no files mapping")
+        check_paths(manifest["files"], where)
+        files = {}
+        for p, entry in manifest["files"].items():
+            if not (isinstance(entry, list) and len(entry) == 3 and is_digest(entry[0])
+                    and isinstance(entry[1], str)):
+                raise ConfigError(f"{where}: malformed manifest entry for {p!r}")
+            files[p] = FileEntry(entry[0], entry[1], bool(entry[2]))
+        for e in files.values():
+            if e.digest not in blobs or sha256(blobs[e.digest]) != e.digest:
+                raise ConfigError(f"{where}: blob {e.digest} is missing or does not match its digest")
+        if COMPONENTS_FILE not in files:
+            raise ConfigError(f"{where}: no {COMPONENTS_FILE} in the manifest")
+        try:
+            rules = yaml.safe_load(blobs[files[COMPONENTS_FILE].digest])
+        except yaml.YAMLError:
+            raise ConfigError(f"{where}: its {COMPONENTS_FILE} is not YAML") from None
         components = Components.parse(rules)
         snap = cls(files=files, blobs={e.digest: blobs[e.digest] for e in files.values()},
                    components=components, parent_id=manifest.get("parent_id"))
-        if snap.snapshot_id != manifest["snapshot_id"]:
-            raise ConfigError(f"snapshot {manifest['snapshot_id']} does not match its stored content")
+        if snap.snapshot_id != sid:
+            raise ConfigError(f"{where} does not match its stored content")
         return snap

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import hashlib
 import inspect
+import math
 import sys
 import time
+import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,6 +20,7 @@ from typing import Any, ClassVar
 
 from rsi.benchmark import Benchmark, Task
 from rsi.config import TargetConfig
+from rsi import untrusted
 from rsi.errors import ConfigError
 from rsi.snapshot import Snapshot
 
@@ -101,16 +104,27 @@ class ProgramTarget(Target):
             return RolloutResult(0.0, out.status, out.duration_s, trace)
         t0 = time.perf_counter()
         try:
+            usage = untrusted.usage(out.output)
+        except untrusted.Invalid as exc:  # the candidate's own usage report breaks the protocol
+            trace.update(status="protocol_error", reason=str(exc), output=_clip(out.output))
+            return RolloutResult(0.0, "protocol_error", out.duration_s, trace)
+        try:
             score = self.benchmark.score(task, out.output, trial)
-        except Exception as exc:  # a scorer bug must not look like a candidate's failure
-            raise RuntimeError(f"benchmark {self.benchmark.name} failed to score {task.task_id}: {exc}") from exc
-        trace["output"] = _clip(out.output)
-        trace["metrics"] = score.metrics
-        usage = out.output.get("usage", {}) if isinstance(out.output.get("usage"), dict) else {}
-        primary = min(max(float(score.primary), 0.0), 1.0)
+            primary = float(score.primary)
+            if not math.isfinite(primary):
+                raise ValueError(f"primary score is not a finite number ({primary!r})")
+            trace["output"] = _clip(out.output)
+            trace["metrics"] = dict(score.metrics)
+        except Exception as exc:
+            # Scoring runs on hostile output: a scorer that raises on it (which Benchmark.score
+            # forbids, but cannot be told apart from a candidate provoking a scorer bug) ends
+            # this rollout as an error, with the place it raised, never the whole run.
+            trace.update(status="error", reason=f"scorer failed: {_where(exc, self.benchmark)}",
+                         stdout_tail=out.stdout_tail)
+            return RolloutResult(0.0, "error", out.duration_s + (time.perf_counter() - t0), trace)
+        primary = min(max(primary, 0.0), 1.0)
         return RolloutResult(primary, "ok", out.duration_s + (time.perf_counter() - t0), trace,
-                             int(usage.get("tokens_in", 0) or 0), int(usage.get("tokens_out", 0) or 0),
-                             float(usage.get("cost_usd", 0.0) or 0.0))
+                             usage.tokens_in, usage.tokens_out, usage.cost_usd)
 
 
 class MiniAgentTarget(ProgramTarget):
@@ -132,6 +146,21 @@ class MiniAgentTarget(ProgramTarget):
             env.update(model_env)
             passthrough += model_pass
         return env, passthrough
+
+
+def _where(exc: BaseException, benchmark: Benchmark) -> str:
+    """``Type: message (file:line)``, the line being the innermost frame in the benchmark's own
+    package (else the innermost frame): where a scorer raised, for the rollout's trace."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    try:
+        home = str(Path(inspect.getfile(type(benchmark))).resolve().parent)
+    except (TypeError, OSError):
+        home = None
+    own = [f for f in frames if home and str(Path(f.filename).resolve()).startswith(home + "/")]
+    frame = (own or frames or [None])[-1]
+    message = " ".join(str(exc).split())[:300]
+    where = f" ({frame.filename}:{frame.lineno})" if frame is not None else ""
+    return f"{type(exc).__name__}: {message}{where}"
 
 
 def _clip(obj: Any, limit: int = 20000) -> Any:

@@ -170,3 +170,124 @@ def test_bad_input_starts_no_ray(setup):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result == {"codes": [2, 2, 2], "ray": False}
+
+
+# ---- hostile or absurd config values: still one line, exit 2, no run directory ------------------
+def test_config_file_that_is_not_utf8(setup, capsys):
+    p = setup / "latin1.yaml"
+    p.write_bytes(config(setup, "").read_bytes() + "# caf\xe9\n".encode("latin-1"))
+    line = expect_error(["run", p], capsys, setup, "latin1.yaml", "not UTF-8")
+    assert line == f"rsi: error: {p}: not UTF-8 text (byte 0xe9 at offset {p.stat().st_size - 2})"
+
+
+@pytest.mark.parametrize("value, needle", [
+    (".inf", "must be a finite number (got inf)"),
+    (".nan", "must be a finite number (got nan)"),
+    ("1e308", "less than or equal to 86400"),
+    ("86401", "less than or equal to 86400"),
+])
+def test_timeout_must_be_finite_and_bounded(setup, capsys, value, needle):
+    cfg = config(setup, "")
+    expect_error(["run", cfg, "--target.limits.timeout_s", value], capsys, setup, "target.limits.timeout_s", needle)
+
+
+def test_non_finite_number_anywhere_in_the_config(setup, capsys):
+    """Everywhere: run-level sections, custom resources, and a parameter model of the algorithm's
+    own that allows inf (a string such as "1e999" only turns into inf during validation)."""
+    cfg = config(setup, "budget: {max_cost_usd: .inf}\n")
+    expect_error(["run", cfg], capsys, setup, "budget.max_cost_usd", "must be a finite number (got inf)")
+    cfg = config(setup, "")
+    expect_error(["run", cfg, "--evaluator.resources", "{pool: -.inf}"], capsys, setup, "evaluator.resources.pool",
+                 "must be a finite number (got -inf)")
+    expect_error(["run", cfg, "--evaluator.num_cpus", "1e999"], capsys, setup, "evaluator.num_cpus", "finite number")
+    expect_error(["run", cfg, "--algorithm.name", "darwinx", "--algorithm.screen_regression_tolerance", "1e999"],
+                 capsys, setup, "algorithm.screen_regression_tolerance", "must be a finite number (got inf)")
+
+
+@pytest.mark.parametrize("key, value, bound", [
+    ("memory_mb", "1.0e+15", "1048576"),  # YAML reads a bare 1e15 as a string (an error of its own)
+    ("memory_mb", "1000000000000000", "1048576"),
+    ("max_procs", "1000000000000", "4096"),
+    ("file_size_mb", "100000000", "65536"),
+    ("stdout_max_bytes", "100000000000", "67108864"),
+    ("cpu_s", "100000000", "604800"),
+])
+def test_sandbox_limits_have_upper_bounds(setup, capsys, key, value, bound):
+    cfg = config(setup, "")
+    expect_error(["run", cfg, f"--target.limits.{key}", value], capsys, setup, f"target.limits.{key}", bound)
+
+
+def test_sandbox_limit_bounds_are_documented():
+    from rsi.config import LimitsConfig
+
+    for name in ("timeout_s", "cpu_s", "memory_mb", "max_procs", "file_size_mb", "stdout_max_bytes"):
+        assert "at most" in LimitsConfig.model_fields[name].description, name
+
+
+def test_rollout_cpus_bounded(setup, capsys):
+    cfg = config(setup, "")
+    expect_error(["run", cfg, "--evaluator.num_cpus", "1e9"], capsys, setup, "evaluator.num_cpus",
+                 "less than or equal to 1024")
+
+
+def test_rollout_cpus_beyond_the_local_ray(setup, capsys):
+    cfg = config(setup, "ray: {num_cpus: 2}\n")
+    line = expect_error(["run", cfg, "--evaluator.num_cpus", "3"], capsys, setup, "evaluator.num_cpus")
+    assert "asks for 3 CPUs but the local Ray has 2" in line
+
+
+def test_yaml_alias_bomb_is_refused_quickly(setup, capsys):
+    import time
+
+    lines = ['a: &a ["lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol", "lol"]']
+    for prev, cur in zip("abcdefgh", "bcdefghi"):
+        lines.append(f"{cur}: &{cur} [" + ", ".join([f"*{prev}"] * 9) + "]")
+    p = setup / "bomb.yaml"
+    p.write_text(config(setup, "").read_text() + "\n".join(lines) + "\n")
+    t0 = time.monotonic()
+    expect_error(["run", p], capsys, setup, "bomb.yaml", "aliases expand to more than 100000 nodes")
+    assert time.monotonic() - t0 < 5
+
+
+def test_yaml_recursive_alias_is_refused(setup, capsys):
+    p = setup / "loop.yaml"
+    p.write_text(config(setup, "").read_text() + "extra: &x [1, *x]\n")
+    expect_error(["run", p], capsys, setup, "loop.yaml", "recursive")
+
+
+def test_yaml_aliases_in_moderation_still_work(setup, capsys):
+    p = setup / "anchors.yaml"
+    p.write_text("seed: &s 2\n" + config(setup, "").read_text() + "ray: {num_cpus: *s}\n")
+    assert main(["validate", str(p)]) == 0, capsys.readouterr().err
+
+
+def test_yaml_unprintable_character_is_one_line(setup, capsys):
+    p = setup / "ctl.yaml"
+    p.write_bytes(config(setup, "").read_bytes() + b"x: \x07\n")
+    expect_error(["run", p], capsys, setup, "ctl.yaml", "YAML")
+
+
+def test_run_dir_that_is_an_existing_file(setup, capsys):
+    cfg = config(setup, "")
+    existing = setup / "notes.txt"
+    existing.write_text("mine\n")
+    line = expect_error(["run", cfg, "--run-dir", existing], capsys, setup, str(existing), "existing file")
+    assert existing.read_text() == "mine\n", line
+
+
+def test_run_dir_that_is_a_non_empty_directory_but_no_run(setup, capsys):
+    cfg = config(setup, "")
+    mine = setup / "myexp"
+    mine.mkdir()
+    (mine / "config.yaml").write_text("my: own\n")
+    expect_error(["run", cfg, "--run-dir", mine], capsys, setup, str(mine), "not empty")
+    assert sorted(p.name for p in mine.iterdir()) == ["config.yaml"]
+    assert (mine / "config.yaml").read_text() == "my: own\n"
+
+
+def test_run_dir_that_holds_a_run(setup, capsys):
+    cfg = config(setup, "")
+    done = setup / "done"
+    done.mkdir()
+    (done / "run.json").write_text("{}")
+    expect_error(["run", cfg, "--run-dir", done], capsys, setup, str(done), "already holds a run", "rsi resume")
