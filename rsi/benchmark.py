@@ -51,6 +51,9 @@ class Benchmark(ABC):
     #: snapshot checkout). Bin packing uses this for the paper's skeleton, which imports the
     #: candidate's ``heuristic.py``. None: run the target's entry script.
     harness: ClassVar[Path | None] = None
+    #: Files besides ``harness`` that it loads (read-only in the jail, under /harness, by name).
+    #: Nothing else of the suite, its data above all, is visible to a candidate.
+    harness_support: ClassVar[tuple[Path, ...]] = ()
 
     def __init__(self, params: BenchmarkParams, base_dir: Path | None = None):
         self.params = params
@@ -71,6 +74,16 @@ class Benchmark(ABC):
             seen.add(t.task_id)
         return tasks[: self.params.limit] if self.params.limit else tasks
 
+    def harness_mounts(self) -> dict[str, str]:
+        """Host path -> name under /harness of each file the jail gets from this suite."""
+        files = [self.harness, *self.harness_support] if self.harness is not None else []
+        return {str(Path(f).resolve()): Path(f).name for f in files}
+
+    def dialogue(self, task: Task, trial: int, sample_seed: int):
+        """An online problem returns an ``rsi.sandbox.Dialogue`` that reveals the task step by
+        step (the rollout then gets no ``payload``); None: the whole payload at once."""
+        return None
+
     def payload(self, task: Task, trial: int, sample_seed: int) -> Any:
         """What a program rollout reads as JSON on stdin."""
         return {"task_id": task.task_id, "input": task.input, "trial": trial, "sample_seed": sample_seed}
@@ -85,8 +98,8 @@ class Benchmark(ABC):
         defines it), the harness, and ``data_fingerprint()`` for data kept elsewhere."""
         h = hashlib.sha256(f"{self.name}|{self.params.model_dump_json()}|{self.data_fingerprint()}".encode())
         h.update(_code_digest(type(self)).encode())
-        if self.harness is not None:
-            h.update(hashlib.sha256(Path(self.harness).read_bytes()).hexdigest().encode())
+        for path in sorted(self.harness_mounts()):
+            h.update(hashlib.sha256(Path(path).read_bytes()).hexdigest().encode())
         return f"{self.name}:{h.hexdigest()[:16]}"
 
     def data_fingerprint(self) -> str:

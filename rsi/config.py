@@ -13,7 +13,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Literal, Iterable
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -43,6 +43,13 @@ class RayConfig(Strict):
 
 
 class LimitsConfig(Strict):
+    """The rollout sandbox: how candidate code is contained (``backend``) and what one rollout may use."""
+
+    backend: Literal["auto", "bwrap", "process"] = Field(
+        "auto", description="auto: the bubblewrap jail on Linux (namespaces, no network, no capabilities); "
+        "process: rlimits and a scrubbed environment only — candidates are NOT contained (explicit opt-in)")
+    tmpfs_mb: int = Field(64, ge=1, le=65536, description="size of each of the jail's private /tmp and /dev/shm")
+    open_files: int = Field(256, ge=16, le=65536, description="open files a rollout process may hold")
     timeout_s: float = Field(60.0, gt=0, le=86400, description="wall-clock limit of one rollout (at most a day)")
     cpu_s: int | None = Field(None, ge=1, le=604800,
                               description="CPU seconds, all threads together (default: timeout + 1; at most a week)")

@@ -95,6 +95,7 @@ def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Ru
                                     "seed_snapshot_id": prepared.seed.snapshot_id,
                                     "config_path": str(Path(config_path).resolve()),
                                     "fingerprint": prepared.target.fingerprint(),
+                                    "jail": prepared.target.backend,
                                     "provenance": provenance(prepared.config.base_dir)})
     records.put_snapshot(prepared.seed)
     return Run(prepared, records)
@@ -130,6 +131,9 @@ class Run:
 
         cfg = self.p.config
         log(f"run directory: {self.records.uri}")
+        if self.p.target.backend == "process":
+            log("WARNING: target.limits.backend is process: candidate code runs UNCONTAINED (rlimits and a "
+                "scrubbed environment only; it can read files and reach the network)")
         t0 = time.monotonic()
         connect(cfg.run.ray)
         evaluator = EvaluatorClient.start(self.run_id, target, cfg.run.evaluator, cfg.run.seed,

@@ -81,9 +81,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from rsi import jail
 from rsi.errors import ConfigError, RsiError
 
 STATUSES = ("ok", "error", "timeout", "protocol_error")
+BACKENDS = ("auto", "bwrap", "process")
 
 _TAIL_BYTES = 4096  # what a trace keeps of stdout/stderr
 _READ_BYTES = 1 << 16
@@ -129,9 +131,13 @@ class Limits:
     max_procs: int = 64  # processes and threads the rollout may create
     file_size_mb: int = 64  # RLIMIT_FSIZE
     stdout_max_bytes: int = 8 * 1024 * 1024  # beyond: truncated, protocol_error
+    tmpfs_mb: int = 64  # each of the jail's private /tmp and /dev/shm
+    open_files: int = 256  # RLIMIT_NOFILE
+    backend: str = "auto"  # auto (bwrap on Linux) | bwrap | process (uncontained, explicit opt-in)
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "max_procs", "file_size_mb", "stdout_max_bytes"):
+        for name in ("timeout_s", "memory_mb", "max_procs", "file_size_mb", "stdout_max_bytes", "tmpfs_mb",
+                     "open_files"):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
         if self.cpu_s is not None and self.cpu_s <= 0:
@@ -140,6 +146,28 @@ class Limits:
     @property
     def cpu_limit_s(self) -> int:
         return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
+
+
+class DialogueError(Exception):
+    """The program's side of a dialogue broke the protocol (the rollout's protocol_error)."""
+
+
+class Dialogue:
+    """The trusted side of an online rollout: it reveals the task one message at a time.
+
+    ``opening`` is written first; each line the program prints goes to ``reply``, whose bytes
+    are written next (None: nothing more to say, stdin is closed). ``result`` is the output
+    object once the program exited 0. ``reply`` and ``result`` raise ``DialogueError`` on a
+    line or an ending that breaks the protocol; the program is then stopped."""
+
+    def opening(self) -> bytes:
+        raise NotImplementedError
+
+    def reply(self, line: bytes) -> bytes | None:
+        raise NotImplementedError
+
+    def result(self) -> dict:
+        raise NotImplementedError
 
 
 @dataclass
@@ -174,8 +202,21 @@ def run_program(
     env_passthrough: Iterable[str] = (),
     env: Mapping[str, str] | None = None,
     required_keys: Iterable[str] = (),
+    harness: Mapping[str, str] | None = None,
+    binds: Mapping[str, str] | None = None,
+    dialogue: "Dialogue | None" = None,
 ) -> Outcome:
-    """Run one rollout to its end; every candidate behaviour comes back as an Outcome."""
+    """Run one rollout to its end; every candidate behaviour comes back as an Outcome.
+
+    ``harness`` maps fixed host files (a benchmark's skeleton) to the names they have under
+    ``/harness`` in the jail; ``argv`` may name them by host path. With the ``process`` backend
+    they are run where they lie. ``binds`` maps host directories to absolute paths in the jail,
+    writable (a model proxy's socket); the process backend ignores them.
+
+    With a ``dialogue`` (an online problem) stdin is not one document: the trusted side answers
+    each line the program prints with the next message, so the program never holds more than
+    the dialogue has chosen to reveal; ``stdin_obj`` is unused and the output is the dialogue's
+    own ``result()``."""
     argv = [os.fspath(a) for a in argv]
     cwd = Path(cwd)
     if not argv:
@@ -183,27 +224,37 @@ def run_program(
     if not cwd.is_dir():
         raise RsiError(f"checkout {cwd} does not exist")
     try:
-        payload = (json.dumps(stdin_obj) + "\n").encode()
+        payload = dialogue.opening() if dialogue is not None else (json.dumps(stdin_obj) + "\n").encode()
     except (TypeError, ValueError) as exc:
         raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
 
+    jailed = resolve_backend(limits.backend) == "bwrap"
     slot = _Slot.acquire() if os.geteuid() == 0 else None
-    home = tempfile.mkdtemp(prefix="rsi-rollout-")
+    home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
     try:
-        if slot is not None:
-            os.chown(home, slot.uid, slot.uid)
-            _open_to_others(cwd)
-        private = {"HOME": home, "TMPDIR": home, "TEMP": home, "TMP": home}
+        if jailed:
+            jail.probe(slot.uid if slot is not None else None)
+            if slot is not None:
+                _give_to(cwd, slot.uid)
+            private = {"HOME": "/tmp", "TMPDIR": "/tmp", "TEMP": "/tmp", "TMP": "/tmp"}
+        else:
+            if slot is not None:
+                os.chown(home, slot.uid, slot.uid)
+                _open_to_others(cwd)
+            private = {"HOME": home, "TMPDIR": home, "TEMP": home, "TMP": home}
         sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
-        proc = _start(argv, cwd, sandbox_env, limits, slot)
+        proc = _start(argv, cwd, sandbox_env, limits, slot, dict(harness or {}) if jailed else None, binds)
         if isinstance(proc, Outcome):
             return proc
-        run = _Pump(proc, payload, limits, functools.partial(_kill_all, proc.pid, slot)).run()
+        run = _Pump(proc, payload, limits, functools.partial(_kill_all, proc.pid, slot), dialogue).run()
+        if jailed and run.returncode is not None:
+            run.returncode = jail.exit_code(run.returncode)
     finally:
         if slot is not None:
             slot.release()
-        _remove_tree(home)
-    status, output, reason = _verdict(run, limits, required_keys)
+        if home is not None:
+            _remove_tree(home)
+    status, output, reason = _verdict(run, limits, required_keys, dialogue)
     return Outcome(
         status=status,
         output=output,
@@ -215,10 +266,41 @@ def run_program(
     )
 
 
+def resolve_backend(name: str) -> str:
+    """``auto`` is the bubblewrap jail on Linux; elsewhere there is no automatic choice (the
+    weak ``process`` backend is only ever an explicit opt-in)."""
+    if name == "auto":
+        if not sys.platform.startswith("linux"):
+            raise ConfigError("no jail on this platform: set target.limits.backend to process to run candidates "
+                              "uncontained (Linux runs them in bubblewrap)")
+        return "bwrap"
+    if name not in BACKENDS:
+        raise ConfigError(f"unknown sandbox backend {name!r}; valid: {', '.join(BACKENDS)}")
+    return name
+
+
+def check_backend(name: str) -> str:
+    """Start-up check: the backend this machine will use, or ``JailUnavailable`` saying what is
+    missing (bubblewrap, user namespaces) before anything runs."""
+    backend = resolve_backend(name)
+    if backend == "bwrap":
+        jail.probe(_slot_base() + _SLOTS if os.geteuid() == 0 else None)
+    return backend
+
+
+def _give_to(root: Path, uid: int) -> None:
+    """The checkout becomes the rollout uid's own: a private writable copy, removed after."""
+    os.chown(root, uid, uid)
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.lchown(os.path.join(dirpath, name), uid, uid)
+
+
 # ---- starting the child ------------------------------------------------------------------
 
 
-def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot: "_Slot | None"):
+def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot: "_Slot | None",
+           harness: dict[str, str] | None = None, binds: Mapping[str, str] | None = None):
     """The running child, or an ``error`` Outcome when the candidate's own executable cannot start.
 
     The jail (uid, capability, rlimits, no_new_privs) is entered through util-linux ``prlimit``
@@ -230,14 +312,23 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
     if exe is None:
         return _cannot_start(argv[0], cwd, "not found or not executable")
     argv = [exe, *argv[1:]]
-    rlimits = _rlimits(limits, slot)
+    rlimits = _rlimits(limits, slot, jailed=harness is not None)
     uid = slot.uid if slot is not None else None
-    keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
-    tools = _util_linux(uid is not None, keep_cap)
-    if tools is not None:
-        cmd, preexec = _jail_argv(tools, argv, rlimits, uid, keep_cap), None
+    if harness is not None:  # the bubblewrap jail: rlimits and the uid change, then bubblewrap
+        tools = _util_linux(uid is not None, False)
+        if tools is None:
+            raise jail.JailUnavailable("util-linux prlimit and setpriv are needed to enter the jail")
+        enter = _jail_argv(tools, [], rlimits, uid, False)
+        cmd = jail.command(jail.translate(argv, cwd, harness), cwd, {h: n for h, n in harness.items()},
+                           limits.tmpfs_mb, stage=uid is not None, enter=enter, binds=binds)
+        preexec, cwd = None, Path("/")
     else:
-        cmd, preexec = argv, _jail(rlimits, uid, keep_cap)
+        keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
+        tools = _util_linux(uid is not None, keep_cap)
+        if tools is not None:
+            cmd, preexec = _jail_argv(tools, argv, rlimits, uid, keep_cap), None
+        else:
+            cmd, preexec = argv, _jail(rlimits, uid, keep_cap)
     try:
         return subprocess.Popen(
             cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -275,7 +366,7 @@ def _cannot_start(name: str, cwd: Path, why: str) -> Outcome:
 
 _PRLIMIT_NAMES = {
     resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
-    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
 }
 
 
@@ -290,7 +381,8 @@ def _jail_argv(tools: tuple[str, str], argv: list[str], rlimits, uid: int | None
         cmd += [f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         if keep_cap:
             cmd += ["--inh-caps=-all,+dac_read_search", "--ambient-caps=-all,+dac_read_search"]
-    return [*cmd, "--no-new-privs", "--", *argv]
+    cmd += ["--no-new-privs", "--"]
+    return [*cmd, *argv]
 
 
 @functools.lru_cache(maxsize=None)
@@ -331,19 +423,23 @@ def _jail(rlimits, uid: int | None, keep_cap: bool) -> Callable[[], None]:
     return preexec
 
 
-def _rlimits(limits: Limits, slot: "_Slot | None") -> list[tuple[int, tuple[int, int]]]:
+def _rlimits(limits: Limits, slot: "_Slot | None", jailed: bool = False) -> list[tuple[int, tuple[int, int]]]:
     mb = 1024 * 1024
     cpu = limits.cpu_limit_s
+    # the uid is the rollout's own: the count starts at its main process (in the jail also
+    # bubblewrap and the PID namespace's init)
+    own = 3 if jailed else 1
     if slot is not None:
-        nproc = limits.max_procs + 1  # the uid is the rollout's own: count starts at its main process
+        nproc = limits.max_procs + own
     elif os.path.isdir("/proc/self/task"):
-        nproc = _user_tasks(os.getuid()) + limits.max_procs + 1
+        nproc = _user_tasks(os.getuid()) + limits.max_procs + own
     else:
         nproc = None
     pairs = [
         (resource.RLIMIT_CPU, (cpu, cpu + 1)),  # SIGXCPU at the soft limit, SIGKILL a second later
         (resource.RLIMIT_FSIZE, (limits.file_size_mb * mb,) * 2),
         (resource.RLIMIT_CORE, (0, 0)),
+        (resource.RLIMIT_NOFILE, (limits.open_files,) * 2),
     ]
     if nproc is not None:
         pairs.append((resource.RLIMIT_NPROC, (nproc, nproc)))
@@ -626,6 +722,7 @@ class _Run:
     stdout: bytearray = field(default_factory=bytearray)
     stderr: bytearray = field(default_factory=bytearray)
     overflow: bool = False
+    broken: str = ""  # a dialogue's protocol error
     timed_out: bool = False
     returncode: int | None = None
     cpu_s: float = 0.0
@@ -636,8 +733,11 @@ class _Pump:
     """Feeds stdin, drains stdout/stderr and waits for the exit on one selector, so a rollout
     costs no extra thread and its end is seen the moment it happens."""
 
-    def __init__(self, proc: subprocess.Popen, payload: bytes, limits: Limits, kill_all: Callable[[], None]):
-        self.proc, self.payload, self.limits, self.kill_all = proc, payload, limits, kill_all
+    def __init__(self, proc: subprocess.Popen, payload: bytes, limits: Limits, kill_all: Callable[[], None],
+                 dialogue: Dialogue | None = None):
+        self.proc, self.payload, self.limits, self.kill_all = proc, bytearray(payload), limits, kill_all
+        self.dialogue, self.partial, self.said_all = dialogue, bytearray(), dialogue is None
+        self.stdin_registered = True  # a dialogue's stdin is unregistered while it awaits an answer
         self.run_ = _Run()
         self.started = time.monotonic()
         self.deadline = self.started + limits.timeout_s
@@ -709,13 +809,26 @@ class _Pump:
         try:
             self.sent += os.write(self.stdin_fd, self.payload[self.sent : self.sent + _READ_BYTES])
         except BlockingIOError:
+            self._want_write(True)
             return
         except OSError:  # the candidate closed stdin or exited: what it did not read is its loss
             self.sent = len(self.payload)
-        if self.sent >= len(self.payload):
-            self.sel.unregister(self.stdin_fd)
-            self.proc.stdin.close()
-            self.stdin_fd = -1
+        if self.sent < len(self.payload):
+            self._want_write(True)
+            return
+        self._want_write(False)
+        if not self.said_all:  # a dialogue: the next message waits for the program's answer
+            return
+        self.proc.stdin.close()
+        self.stdin_fd = -1
+
+    def _want_write(self, on: bool) -> None:
+        if on != self.stdin_registered:
+            if on:
+                self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
+            else:
+                self.sel.unregister(self.stdin_fd)
+            self.stdin_registered = on
 
     def _drain(self, fd: int) -> bool:
         """False once stdout is over its cap (the rollout is then killed)."""
@@ -731,11 +844,39 @@ class _Pump:
                 del err[: -_TAIL_BYTES]
             return True
         out, cap = self.run_.stdout, self.limits.stdout_max_bytes
-        out += data[: cap - len(out) + 1]
-        if len(out) > cap:
+        if len(out) + len(data) > cap:
+            out += data[: cap - len(out) + 1]
             del out[cap:]
             self.run_.overflow = True
             return False
+        if self.dialogue is None:
+            out += data
+            return True
+        if len(out) > _TAIL_BYTES:  # a dialogue's transcript is counted against the cap, kept as a tail
+            del out[: len(out) - _TAIL_BYTES]
+        out += data
+        return self._converse(data)
+
+    def _converse(self, data: bytes) -> bool:
+        """Answer every complete line; False once the program broke the protocol."""
+        self.partial += data
+        *lines, rest = self.partial.split(b"\n")
+        self.partial = bytearray(rest)
+        for line in lines:
+            if self.said_all:
+                self.run_.broken = "a line after the dialogue ended"
+                return False
+            try:
+                message = self.dialogue.reply(bytes(line))
+            except DialogueError as exc:
+                self.run_.broken = str(exc)
+                return False
+            if message is None:
+                self.said_all = True
+            else:
+                self.payload += message
+            if self.stdin_fd >= 0 and not self.stdin_registered:
+                self._feed()  # in lockstep the pipe is empty: the write goes through at once
         return True
 
     def _close(self) -> None:
@@ -756,7 +897,10 @@ def _pidfd(pid: int) -> int | None:
 # ---- verdict -----------------------------------------------------------------------------
 
 
-def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str]) -> tuple[str, dict | None, str]:
+def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str],
+             dialogue: Dialogue | None = None) -> tuple[str, dict | None, str]:
+    if run.broken:
+        return "protocol_error", None, _clip(run.broken)
     if run.overflow:
         return "protocol_error", None, f"stdout exceeded {limits.stdout_max_bytes} bytes"
     if run.timed_out:
@@ -768,6 +912,11 @@ def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str]) -> tuple[s
         what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         last = _last_line(run.stderr)
         return "error", None, f"{what}: {last}" if last else what
+    if dialogue is not None:
+        try:
+            return "ok", dialogue.result(), ""
+        except DialogueError as exc:
+            return "protocol_error", None, _clip(str(exc))
     return _parse(bytes(run.stdout), required_keys)
 
 

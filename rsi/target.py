@@ -43,6 +43,10 @@ class Target(ABC):
         self.config = config
         self.benchmark = benchmark
 
+    #: How candidate code is contained ("bwrap", "process"), known after ``check``; None for a
+    #: target that starts no candidate process.
+    backend: str | None = None
+
     def check(self, snapshot: Snapshot) -> None:
         """Startup checks against the seed version (ConfigError: exit 2, nothing started)."""
 
@@ -73,6 +77,9 @@ class ProgramTarget(Target):
         return self.config.entry or self.default_entry
 
     def check(self, snapshot: Snapshot) -> None:
+        from rsi.sandbox import check_backend
+
+        self.backend = check_backend(self.config.limits.backend)
         if self.benchmark.harness is None:
             entry = self.entry()
             if not entry:
@@ -81,7 +88,7 @@ class ProgramTarget(Target):
                 raise ConfigError(f"target entry script {entry!r} is not in the target directory")
 
     def argv(self, workdir: Path) -> list[str]:
-        script = self.benchmark.harness or (workdir / self.entry())
+        script = Path(self.benchmark.harness).resolve() if self.benchmark.harness else workdir / self.entry()
         return [sys.executable, str(script)]
 
     def env(self) -> tuple[dict[str, str], list[str]]:
@@ -91,12 +98,12 @@ class ProgramTarget(Target):
         from rsi.sandbox import Limits, run_program
 
         lim = self.config.limits
-        limits = Limits(timeout_s=lim.timeout_s, cpu_s=lim.cpu_s, memory_mb=lim.memory_mb,
-                        max_procs=lim.max_procs, file_size_mb=lim.file_size_mb,
-                        stdout_max_bytes=lim.stdout_max_bytes)
+        limits = Limits(**lim.model_dump())
         env, passthrough = self.env()
-        payload = self.benchmark.payload(task, trial, sample_seed)
-        out = run_program(self.argv(workdir), workdir, payload, limits, env_passthrough=passthrough, env=env)
+        dialogue = self.benchmark.dialogue(task, trial, sample_seed)
+        payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
+        out = run_program(self.argv(workdir), workdir, payload, limits, env_passthrough=passthrough, env=env,
+                          harness=self.benchmark.harness_mounts(), dialogue=dialogue)
         trace: dict[str, Any] = {"status": out.status, "reason": out.reason, "returncode": out.returncode,
                                  "stderr_tail": out.stderr_tail}
         if out.status != "ok":

@@ -1,10 +1,9 @@
 """Bin packing: the shared skeleton reproduces the FunSearch paper's Table 1, the sandboxed
 skeleton script agrees with it bin for bin, and scoring trusts nothing a candidate prints."""
 
-import json
 import math
 import pickle
-import subprocess
+import shutil
 import sys
 from pathlib import Path
 
@@ -18,6 +17,8 @@ from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound,
 from rsi.benchmark import Task
 from rsi.components import Components
 from rsi.results import rows_to_table
+from rsi.sandbox import Limits, run_program
+from benchmarks.binpack.lockstep import PackingDialogue
 
 ROOT = Path(__file__).resolve().parents[1]
 SKELETON = ROOT / "benchmarks" / "binpack" / "skeleton.py"
@@ -88,15 +89,15 @@ def _heuristic_from(source: str):
 funsearch_or_heuristic = _heuristic_from(FUNSEARCH_OR_SOURCE)
 
 
-def run_skeleton(cwd: Path, task: Task, payload: dict | None = None) -> dict:
-    stdin = json.dumps(payload if payload is not None else task.input)
-    proc = subprocess.run(
-        [sys.executable, str(SKELETON)], cwd=cwd, input=stdin, capture_output=True, text=True, timeout=60
-    )
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.strip().splitlines()
-    assert len(lines) == 1
-    return json.loads(lines[0])
+def run_skeleton(target: Path, task: Task, tmp_path: Path):
+    """The skeleton as a rollout runs it: in the jail, on a private copy of ``target``, fed one
+    item at a time by the trusted side's lockstep dialogue. -> (Outcome, the copy)."""
+    copy = tmp_path / f"checkout-{task.task_id.replace('/', '_')}"
+    shutil.copytree(target, copy)
+    out = run_program([sys.executable, str(SKELETON)], copy, None, Limits(timeout_s=120),
+                      harness=bench().harness_mounts(),
+                      dialogue=PackingDialogue(task.input["items"], task.input["capacity"]))
+    return out, copy
 
 
 # --- Table 1 -----------------------------------------------------------------------------------
@@ -140,37 +141,40 @@ def test_best_fit_packs_a_weibull_5k_instance_in_well_under_a_second():
 # --- the skeleton subprocess -----------------------------------------------------------------
 
 
-def test_skeleton_on_the_bestfit_template_equals_in_process():
+def test_skeleton_on_the_bestfit_template_equals_in_process(tmp_path):
     task = load_test_set("Weibull 5k")[2]
-    out = run_skeleton(BESTFIT, task)
+    out, copy = run_skeleton(BESTFIT, task, tmp_path)
+    assert out.status == "ok", out.reason + out.stderr_tail
     expected = pack(task.input["items"], task.input["capacity"], best_fit)
-    assert out["assignment"] == expected.tolist()
-    assert out["bins_used"] == len(set(expected.tolist()))
-    assert not (BESTFIT / "__pycache__").exists()  # the checkout stays committable
+    assert out.output["assignment"] == expected.tolist()
+    assert out.output["bins_used"] == len(set(expected.tolist()))
+    assert not (copy / "__pycache__").exists()  # the checkout stays committable
 
 
-def test_skeleton_on_the_firstfit_template_is_first_fit():
+def test_skeleton_on_the_firstfit_template_is_first_fit(tmp_path):
     task = load_test_set("OR1")[5]
-    out = run_skeleton(FIRSTFIT, task)
-    assert out["assignment"] == pack(task.input["items"], task.input["capacity"], first_fit).tolist()
+    out, _ = run_skeleton(FIRSTFIT, task, tmp_path)
+    assert out.status == "ok", out.reason + out.stderr_tail
+    assert out.output["assignment"] == pack(task.input["items"], task.input["capacity"], first_fit).tolist()
 
 
 def test_funsearch_heuristic_in_the_skeleton_equals_in_process(tmp_path):
-    (tmp_path / "heuristic.py").write_text(FUNSEARCH_OR_SOURCE)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "heuristic.py").write_text(FUNSEARCH_OR_SOURCE)
     task = load_test_set("OR1")[7]
-    out = run_skeleton(tmp_path, task, payload={"task_id": task.task_id, "input": task.input})  # whole-task form
+    out, _ = run_skeleton(tmp_path / "src", task, tmp_path)
+    assert out.status == "ok", out.reason + out.stderr_tail
     expected = pack(task.input["items"], task.input["capacity"], funsearch_or_heuristic)
-    assert out["assignment"] == expected.tolist()
-    score = bench().score(task, out, 0)
+    assert out.output["assignment"] == expected.tolist()
+    score = bench().score(task, out.output, 0)
     assert score.metrics["bins"] == len(set(expected.tolist())) and 0 < score.primary <= 1
 
 
 def test_skeleton_fails_loudly_when_the_heuristic_raises(tmp_path):
-    (tmp_path / "heuristic.py").write_text("def priority(item, bins):\n    raise RuntimeError('boom')\n")
-    task = load_test_set("OR1")[0]
-    stdin = json.dumps(task.input)
-    proc = subprocess.run([sys.executable, str(SKELETON)], cwd=tmp_path, input=stdin, capture_output=True, text=True)
-    assert proc.returncode != 0 and "boom" in proc.stderr and proc.stdout == ""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "heuristic.py").write_text("def priority(item, bins):\n    raise RuntimeError('boom')\n")
+    out, _ = run_skeleton(tmp_path / "src", load_test_set("OR1")[0], tmp_path)
+    assert out.status == "error" and "boom" in out.stderr_tail and "RuntimeError: boom" in out.reason
 
 
 # --- scoring ---------------------------------------------------------------------------------
@@ -313,3 +317,32 @@ def test_funsearch_weibull_heuristic_reproduces_its_published_figure():
 
     excess = heuristic_excess(load_test_set("Weibull 5k"), priority)
     assert round(100 * excess["Weibull 5k"], 2) == 0.68
+
+
+FUNSEARCH_WEIBULL_SOURCE = '''import numpy as np
+
+
+def priority(item: float, bins: np.ndarray) -> np.ndarray:
+    max_bin_cap = max(bins)
+    score = (bins - max_bin_cap) ** 2 / item + bins**2 / (item**2)
+    score += bins**2 / item**3
+    score[bins > item] = -score[bins > item]
+    score[1:] -= score[:-1]
+    return score
+'''
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dataset, source, published", [
+    ("OR3", FUNSEARCH_OR_SOURCE, 3.11), ("Weibull 5k", FUNSEARCH_WEIBULL_SOURCE, 0.68)])
+def test_published_heuristics_give_their_figures_through_the_jailed_lockstep(tmp_path, dataset, source, published):
+    """The paper's own heuristics, run as candidates are: in the jail, shown one item at a time,
+    scored by the trusted side. Online-only feeding changes nothing an honest heuristic does."""
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "heuristic.py").write_text(source)
+    b, rows = bench(), []
+    for i, task in enumerate(load_test_set(dataset)):
+        out, _ = run_skeleton(tmp_path / "src", task, tmp_path / str(i))
+        assert out.status == "ok", out.reason + out.stderr_tail
+        rows.append({"task_id": task.task_id, "score": b.score(task, out.output, 0).primary, "status": "ok"})
+    assert round(100 * b.excess_by_dataset(rows_to_table(rows), "test")[dataset], 2) == published

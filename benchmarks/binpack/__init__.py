@@ -67,11 +67,18 @@ class BinPack(Benchmark):
     name = "binpack"
     Params = BinPackParams
     harness = Path(__file__).parent / "skeleton.py"
+    harness_support = (Path(__file__).parent / "online.py",)
 
     def _split(self, split: str) -> list[Task]:
         if split == "test":
             return [t for name in self.params.test for t in load_test_set(name)]
         return generated(self.params.train, split)
+
+    def dialogue(self, task: Task, trial: int, sample_seed: int):
+        """Online: the jailed skeleton is shown one item at a time (see ``lockstep.py``)."""
+        from benchmarks.binpack.lockstep import PackingDialogue
+
+        return PackingDialogue(task.input["items"], task.input["capacity"])
 
     def score(self, task: Task, output: dict, trial: int) -> Score:
         assignment = output.get("assignment") if isinstance(output, dict) else None

@@ -22,15 +22,26 @@ Priority = Callable[[float, np.ndarray], np.ndarray]
 def pack(items: Sequence[int], capacity: int, priority: Priority) -> np.ndarray:
     """Bin index per item. ``items`` is iterated as given (a JSON list yields Python ints,
     as in the paper's notebook), so heuristics see the same types there and here."""
-    bins = np.array([capacity] * len(items))
+    bins = open_bins(capacity, len(items))
     assignment = np.empty(len(items), dtype=np.int64)
     for i, item in enumerate(items):
-        valid = np.nonzero(bins >= item)[0]
-        # Fancy indexing copies, so a heuristic that writes into its argument changes nothing.
-        best = valid[np.argmax(priority(item, bins[valid]))]
-        bins[best] -= item
-        assignment[i] = best
+        assignment[i] = place(bins, item, priority)
     return assignment
+
+
+def open_bins(capacity: int, n: int) -> np.ndarray:
+    """The paper's start: one bin per item, all at full capacity."""
+    return np.array([capacity] * n)
+
+
+def place(bins: np.ndarray, item, priority: Priority) -> int:
+    """One online step: the bin ``item`` goes to (updated in place). The lockstep harness and
+    ``pack`` both call it, so a heuristic packs the same bins in the jail and in-process."""
+    valid = np.nonzero(bins >= item)[0]
+    # Fancy indexing copies, so a heuristic that writes into its argument changes nothing.
+    best = int(valid[np.argmax(priority(item, bins[valid]))])
+    bins[best] -= item
+    return best
 
 
 def best_fit(item: float, bins: np.ndarray) -> np.ndarray:

@@ -1,11 +1,20 @@
-"""The paper's online bin-packing skeleton, run in the sandbox with cwd = a candidate checkout.
+"""The paper's online bin-packing skeleton, run in the jail with cwd = a candidate checkout.
 
-stdin: one instance, ``{"capacity": int, "items": [int, ...]}`` (a whole task
-``{"input": {...}}`` is accepted too). stdout: exactly one JSON object,
-``{"assignment": [bin index per item], "bins_used": n}``; whatever the candidate prints goes to
-stderr so it cannot corrupt that line. A heuristic that raises ends the process non-zero, which
-the target records as an ``error`` rollout. The benchmark re-checks the assignment and counts
-the bins itself; ``bins_used`` is for people reading traces.
+Online means online: the instance stays on the trusted side, which reveals one item at a time
+(``rsi.benchmark``'s lockstep dialogue, ``PackingDialogue`` in this package). Protocol, one JSON
+value per line:
+
+* stdin, first: ``{"capacity": int, "n": int}`` — the bin capacity and the number of items
+  (the paper's loop opens one bin per item, so the harness needs ``n`` to lay them out);
+* then, per item: the item, after which this script prints the index of the bin it chose;
+* stdin closes after the last decision.
+
+The next item is written only after the previous decision came back, so nothing the candidate
+does — walking the stack, reading stdin ahead — can see a future item. Whatever the candidate
+prints goes to stderr; a decision it wrote itself could only concern the item it was shown.
+The trusted side re-checks every decision (the bin exists and the item fits) and counts the
+bins itself. A heuristic that
+raises ends the process non-zero: that rollout is an ``error``.
 """
 
 import contextlib
@@ -20,7 +29,7 @@ sys.dont_write_bytecode = True
 
 
 def load_online():
-    """The shared packing loop, loaded by path so nothing in the checkout can shadow it."""
+    """The shared packing step, loaded by path so nothing in the checkout can shadow it."""
     path = Path(__file__).resolve().parent / "online.py"
     spec = importlib.util.spec_from_file_location("_binpack_online", path)
     module = importlib.util.module_from_spec(spec)
@@ -29,9 +38,11 @@ def load_online():
 
 
 def main() -> None:
-    task = json.load(sys.stdin)
-    if "items" not in task and isinstance(task.get("input"), dict):
-        task = task["input"]
+    # Decisions go out on a private copy of stdout; fd 1 itself becomes stderr, so no print of
+    # the candidate's, however low-level, lands among them by accident.
+    decisions = os.fdopen(os.dup(1), "w", buffering=1)
+    os.dup2(2, 1)
+    header = json.loads(sys.stdin.readline())
     online = load_online()
     # The checkout takes the place of this script's folder: the candidate imports its own
     # modules, never the benchmark's.
@@ -39,9 +50,9 @@ def main() -> None:
     with contextlib.redirect_stdout(sys.stderr):
         from heuristic import priority
 
-        assignment = online.pack(task["items"], task["capacity"], priority)
-    result = {"assignment": assignment.tolist(), "bins_used": len(set(assignment.tolist()))}
-    sys.stdout.write(json.dumps(result) + "\n")
+        bins = online.open_bins(header["capacity"], header["n"])
+        for line in sys.stdin:
+            decisions.write(f"{online.place(bins, json.loads(line), priority)}\n")
 
 
 if __name__ == "__main__":

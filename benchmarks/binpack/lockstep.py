@@ -1,0 +1,45 @@
+"""The trusted side of an online bin-packing rollout: the instance never enters the jail.
+
+``PackingDialogue`` reveals one item at a time to the jailed skeleton (``skeleton.py``), checks
+each decision as it arrives (an integer bin index, the bin exists, the item fits) and keeps the
+bins itself, so the assignment it reports is one it watched being made, item by item.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rsi.sandbox import Dialogue, DialogueError
+
+
+class PackingDialogue(Dialogue):
+    def __init__(self, items: list, capacity: int):
+        self.items, self.capacity = list(items), capacity
+        self.residual = [capacity] * len(self.items)  # Python ints: per-item checks stay cheap
+        self.assignment: list[int] = []
+
+    def opening(self) -> bytes:
+        head = json.dumps({"capacity": self.capacity, "n": len(self.items)})
+        return f"{head}\n{self._item(0)}".encode() if self.items else f"{head}\n".encode()
+
+    def _item(self, i: int) -> str:
+        return json.dumps(self.items[i]) + "\n"
+
+    def reply(self, line: bytes) -> bytes | None:
+        i = len(self.assignment)
+        if i >= len(self.items):
+            raise DialogueError("a decision after the last item")
+        text = line.strip()
+        if not text.isdigit() or len(text) > 12:
+            raise DialogueError(f"item {i}: expected a bin index, got {text[:40]!r}")
+        b = int(text)
+        if b >= len(self.residual) or self.residual[b] < self.items[i]:
+            raise DialogueError(f"item {i} ({self.items[i]}) does not fit bin {b}")
+        self.residual[b] -= self.items[i]
+        self.assignment.append(b)
+        return self._item(i + 1).encode() if i + 1 < len(self.items) else None
+
+    def result(self) -> dict:
+        if len(self.assignment) != len(self.items):
+            raise DialogueError(f"the program ended after {len(self.assignment)} of {len(self.items)} items")
+        return {"assignment": self.assignment, "bins_used": len(set(self.assignment))}
