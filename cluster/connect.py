@@ -13,8 +13,11 @@ def connect(ray_cfg) -> None:
 
     if ray.is_initialized():
         return
-    # Our Ray workers must import this checkout's packages exactly as the driver does.
-    opts = dict(namespace=ray_cfg.namespace, log_to_driver=True, configure_logging=False)
+    # Worker output stays in Ray's own log files (``ray logs``), never on the driver's console:
+    # the live view and the decision lines are a run's only console output, so no line there
+    # can come from anywhere but the driver. (Candidates' own output never reaches a worker's
+    # stdout anyway: the sandbox captures it into the rollout's trace.)
+    opts = dict(namespace=ray_cfg.namespace, log_to_driver=False, configure_logging=False)
     try:
         if ray_cfg.address == "local":
             ray.init(num_cpus=ray_cfg.num_cpus or os.cpu_count(), include_dashboard=False, **opts)
