@@ -233,7 +233,7 @@ def run_program(
     home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
     try:
         if jailed:
-            jail.probe(slot.uid if slot is not None else None)
+            jail.probe(_probe_uid() if slot is not None else None)  # once per process
             if slot is not None:
                 _give_to(cwd, slot.uid)
             private = {"HOME": "/tmp", "TMPDIR": "/tmp", "TEMP": "/tmp", "TMP": "/tmp"}
@@ -284,8 +284,13 @@ def check_backend(name: str) -> str:
     missing (bubblewrap, user namespaces) before anything runs."""
     backend = resolve_backend(name)
     if backend == "bwrap":
-        jail.probe(_slot_base() + _SLOTS if os.geteuid() == 0 else None)
+        jail.probe(_probe_uid() if os.geteuid() == 0 else None)
     return backend
+
+
+def _probe_uid() -> int:
+    """The uid start-up probes run as: just below the slots, so never a rollout's."""
+    return _slot_base() - 1
 
 
 def _give_to(root: Path, uid: int) -> None:
@@ -394,7 +399,7 @@ def _util_linux(become_uid: bool, keep_cap: bool) -> tuple[str, str] | None:
     tools = shutil.which("prlimit", path=search), shutil.which("setpriv", path=search)
     if None in tools:
         return None
-    probe_uid = _slot_base() - 1 if become_uid else None  # just below the slots: no rollout's uid
+    probe_uid = _probe_uid() if become_uid else None
     current = [(res, resource.getrlimit(res)) for res in _PRLIMIT_NAMES]
     cmd = _jail_argv(tools, [tools[1], "--dump"], current, probe_uid, keep_cap)
     try:
