@@ -161,7 +161,16 @@ class Evaluator:
                     results[i] = ray.get(ref)
                 except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
                         ray.exceptions.ObjectLostError) as exc:
-                    raise ClusterError(f"rollout batch lost after {self.config.max_retries} retries: {exc}") from exc
+                    # Ray's WorkerCrashedError does not say where the worker ran: name the nodes
+                    # that could run this batch (the one node of a single machine); a
+                    # NodeDiedError's own text, kept below, names the node that died.
+                    need = {"CPU": self.config.num_cpus, **self.config.resources}
+                    nodes = [f"{nd['NodeID']} ({nd['NodeManagerAddress']}{'' if nd['Alive'] else ', dead'})"
+                             for nd in ray.nodes() if all(nd["Resources"].get(k, 0) >= v for k, v in need.items())]
+                    where = (f"node {nodes[0]}" if len(nodes) == 1 else f"one of nodes {', '.join(nodes[:8])}"
+                             + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""))
+                    raise ClusterError(f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
+                                       f"retries on {where}: {type(exc).__name__}: {exc}") from exc
                 with self.lock:
                     self.progress_by_req[rid].done += n
                     self.executed += n

@@ -139,5 +139,14 @@ def test_harbor_docker_runner_needs_an_engine(task_dir):
         with pytest.raises(ConfigError, match="no Docker engine|not installed"):
             DockerRunner().run(load_task(task_dir), FIX)
         pytest.skip(f"Docker runner not exercised: {why}")
-    verdict = DockerRunner(image="python:3.11-slim", client=client).run(load_task(task_dir), "")
-    assert verdict.status in ("ok", "patch_failed")
+    # In the container the task's files are where Harbor puts them (/tests, /logs/verifier); the
+    # image's own python3 decides the reward, written where Harbor's verifiers write it.
+    (task_dir / "tests" / "test.sh").write_text(
+        "#!/bin/bash\npython3 -c 'import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)' "
+        "&& echo 0.75 > /logs/verifier/reward.txt\n")
+    runner = DockerRunner(image="python:3.11-slim", client=client)
+    verdict = runner.run(load_task(task_dir), "")
+    assert (verdict.status, verdict.reward, verdict.exit_code) == ("ok", 0.75, 0)
+    # The image holds no calc.py (nor git): the fix cannot apply there.
+    bad = runner.run(load_task(task_dir), FIX)
+    assert (bad.status, bad.reward) == ("patch_failed", 0.0)

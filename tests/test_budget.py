@@ -1,0 +1,73 @@
+"""``budget.max_cost_usd``: a run stops proposing once the model spend reaches the budget.
+
+Spend is the worker's model usage priced by ``llm.prices`` (tokens as the endpoint reports them);
+here the agent worker talks to the scripted model server (real HTTP, real openai SDK), which
+reports exactly one input and one output token per reply. Prices are powers of two, so every
+sum below is exact in floating point.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import yaml
+
+from rsi.scripted_server import ScriptedServer
+from _runs import of, run
+
+REPO = Path(__file__).resolve().parents[1]
+KEY = "budget-test-key-7d01c2"
+# Ray worker processes see only the environment from before Ray starts: set it at import.
+os.environ["RSI_TEST_BUDGET_KEY"] = KEY
+
+PRICES = {"scripted-model": {"input_per_mtok": 250_000, "output_per_mtok": 500_000}}  # $0.75 per reply below
+
+
+def reply(name: str, **arguments) -> dict:
+    return {"tool_calls": [{"name": name, "arguments": arguments}], "tokens_in": 1, "tokens_out": 1}
+
+
+def step(version: str) -> list[dict]:
+    """One DarwinX step with the agent worker: the edit (write VERSION, then finish) and, once
+    the candidate is archived, the lesson distilled from it: three model calls, $2.25."""
+    return [reply("write_file", path="VERSION", content=version + "\n"),
+            reply("finish", summary=f"switch to {version}"),
+            {"text": f"{version} helps", "tokens_in": 1, "tokens_out": 1}]
+
+
+def test_run_stops_when_model_spend_reaches_max_cost_usd(tmp_path, ray_session):
+    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
+    table = {"splits": {"train": ["t1", "t2"], "dev": [], "test": ["x1"]},
+             "scores": {"v0": {"t1": 0.5, "t2": 0.5, "x1": 0.5},
+                        "v1": {"t1": 1.0, "t2": 0.5, "x1": 0.75},
+                        "v2": {"t1": 1.0, "t2": 1.0, "x1": 1.0}}}
+    (tmp_path / "table.yaml").write_text(yaml.safe_dump(table))
+    steps = step("v1") + step("v2") + step("v3")  # the third step is never started
+    with ScriptedServer(steps, api_key=KEY) as srv:
+        llm = {"provider": "openai", "model": "scripted-model", "base_url": srv.base_url,
+               "api_key_env": "RSI_TEST_BUDGET_KEY", "retry_backoff_s": 0.01, "prices": PRICES}
+        cfg = {"name": "budget", "seed": 5, "storage": str(tmp_path / "runs"),
+               "target": {"path": "target", "kind": "program", "entry": "solve.py"},
+               "benchmark": {"name": "table", "path": "table.yaml"},
+               "algorithm": {"name": "darwinx", "worker": {"type": "agent", "llm": llm}, "max_steps": 5,
+                             "merge_every": 0, "screen_size": 2, "confirm_samples": 1},
+               # $2.25 after step 1 is under it; $4.50 after step 2 reaches it exactly: >= stops
+               "budget": {"max_cost_usd": 4.5}}
+        path = tmp_path / "darwinx.yaml"
+        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        decisions, summary, _ = run(path)
+        requests, remaining = len(srv.requests), srv.remaining
+    assert requests == 6 and remaining == 3, "two steps of three calls each; the third step never started"
+    stop, = of(decisions, "stop")
+    assert stop["step"] == 2
+    assert stop["reason"] == "budget: model spend $4.5000 reached max_cost_usd 4.5"
+    assert stop["usage"] == {"calls": 6, "tokens_in": 6, "tokens_out": 6, "cost_usd": 4.5}
+    confirms = of(decisions, "confirm")
+    assert [(d["step"], d["accepted"]) for d in confirms] == [(1, True), (2, True)]
+    assert [d["kind"] for d in decisions] == ["seed", "screen", "confirm", "screen", "confirm", "stop", "promote", "test"]
+    promote, = of(decisions, "promote")
+    assert promote["snapshot_id"] == confirms[1]["snapshot_id"] == summary["snapshot_id"]
+    assert [a["learning"] for a in promote["archive"]] == ["", "v1 helps", "v2 helps"]
+    assert summary["usage"] == {"calls": 6, "tokens_in": 6, "tokens_out": 6, "cost_usd": 4.5}
