@@ -94,16 +94,21 @@ class ProgramTarget(Target):
     def env(self) -> tuple[dict[str, str], list[str]]:
         return {}, list(self.config.env_pass)
 
-    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
-        from rsi.sandbox import Limits, run_program
+    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int, proxy=None) -> RolloutResult:
+        """``proxy``: this rollout's ``rsi.model_proxy.ModelProxy`` (MiniAgentTarget), whose
+        environment and socket directory go into the jail."""
+        from rsi.sandbox import Limits, resolve_backend, run_program
 
         lim = self.config.limits
         limits = Limits(**lim.model_dump())
         env, passthrough = self.env()
         dialogue = self.benchmark.dialogue(task, trial, sample_seed)
         payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
+        if proxy is not None:
+            env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) == "bwrap")}
         out = run_program(self.argv(workdir), workdir, payload, limits, env_passthrough=passthrough, env=env,
-                          harness=self.benchmark.harness_mounts(), dialogue=dialogue)
+                          harness=self.benchmark.harness_mounts(), dialogue=dialogue,
+                          binds=proxy.binds if proxy is not None else None)
         trace: dict[str, Any] = {"status": out.status, "reason": out.reason, "returncode": out.returncode,
                                  "stderr_tail": out.stderr_tail}
         if out.status != "ok":
@@ -137,22 +142,40 @@ class ProgramTarget(Target):
 class MiniAgentTarget(ProgramTarget):
     """A tool-using LLM agent harness run as a subprocess per task (``runtime/main.py``).
 
-    Its model is the target's own (``target.model``); the key reaches the subprocess only
-    through the variable the config names.
+    Its model is the target's own (``target.model``), reached only through a model proxy
+    started for each rollout (``rsi.model_proxy``): the jail gets the proxy's socket and a
+    per-rollout token, never the key. The rollout's tokens and cost are the proxy's count (the
+    ``usage`` the harness prints is only its own report), for every status, and the proxy caps
+    them per rollout (``rollout_max_*`` of the model block).
     """
 
     kind = "miniagent"
     default_entry = "runtime/main.py"
 
-    def env(self) -> tuple[dict[str, str], list[str]]:
-        env, passthrough = {}, list(self.config.env_pass)
-        if self.config.model:
-            from rsi.llm import LLMConfig, miniagent_env
+    def llm(self):
+        from rsi.llm import LLMConfig
 
-            model_env, model_pass = miniagent_env(LLMConfig.model_validate(self.config.model))
-            env.update(model_env)
-            passthrough += model_pass
-        return env, passthrough
+        return LLMConfig.model_validate(self.config.model) if self.config.model else None
+
+    def check(self, snapshot: Snapshot) -> None:
+        super().check(snapshot)
+        cfg = self.llm()
+        if cfg is not None and cfg.api_key_env and cfg.api_key_env in self.config.env_pass:
+            raise ConfigError(f"target.env_pass names {cfg.api_key_env}, the model's key: a miniagent rollout "
+                              "reaches its model through the model proxy and must never hold the key")
+
+    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
+        cfg = self.llm()
+        if cfg is None:
+            return super().run(workdir, task, trial, sample_seed)
+        from rsi.model_proxy import ModelProxy
+
+        with ModelProxy(cfg) as proxy:
+            result = super().run(workdir, task, trial, sample_seed, proxy=proxy)
+        spent = proxy.usage()  # calls still in flight when the rollout ended count at their estimate
+        result.tokens_in, result.tokens_out, result.cost_usd = spent.tokens_in, spent.tokens_out, spent.cost_usd
+        result.trace["model_usage"] = spent.as_dict()
+        return result
 
 
 def _where(exc: BaseException, benchmark: Benchmark) -> str:

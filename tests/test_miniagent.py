@@ -1,5 +1,6 @@
-"""MiniAgent as the runner runs it: a sandboxed subprocess per task, the model behind the
-RSI_MODEL_* contract, here a scripted endpoint on 127.0.0.1 through the real openai SDK."""
+"""MiniAgent as the runner runs it: a jailed subprocess per task, the model behind the
+RSI_MODEL_* contract, here a scripted endpoint on 127.0.0.1 reached through the rollout's model
+proxy (a Unix socket bound into the jail) by the real openai SDK."""
 
 from __future__ import annotations
 
@@ -11,10 +12,14 @@ import pytest
 import yaml
 
 from benchmarks.qa import QA, QAParams
-from rsi.llm import LLMConfig, miniagent_env
+from rsi.config import TargetConfig
+from rsi.errors import ConfigError
+from rsi.llm import LLMConfig
+from rsi.model_proxy import ModelProxy
 from rsi.sandbox import Limits, run_program
 from rsi.scripted_server import ScriptedServer
 from rsi.snapshot import Snapshot
+from rsi.target import MiniAgentTarget
 
 MINIAGENT = Path(__file__).resolve().parents[1] / "targets" / "miniagent"
 KEY = "miniagent-test-key-58be17"
@@ -31,12 +36,18 @@ def bench():
     return QA(QAParams(name="qa"))
 
 
+def model(srv, **caps) -> dict:
+    return dict(provider="openai", model="scripted-model", base_url=srv.base_url, api_key_env=KEY_ENV,
+                max_tokens=64, max_retries=0, **caps)
+
+
 def rollout(checkout: Path, bench, task, srv):
-    cfg = LLMConfig(provider="openai", model="scripted-model", base_url=srv.base_url, api_key_env=KEY_ENV,
-                    max_tokens=64, max_retries=0)
-    env, passthrough = miniagent_env(cfg)
-    return run_program([sys.executable, "runtime/main.py"], checkout, bench.payload(task, 0, 7),
-                       Limits(timeout_s=60), env_passthrough=passthrough, env=env, required_keys=("answer", "trace"))
+    """One jailed rollout with its own model proxy, as MiniAgentTarget runs it."""
+    with ModelProxy(LLMConfig(**model(srv))) as proxy:
+        env = proxy.env()
+        assert KEY not in json.dumps(env) and KEY_ENV not in env
+        return run_program([sys.executable, "runtime/main.py"], checkout, bench.payload(task, 0, 7),
+                           Limits(timeout_s=60), env=env, binds=proxy.binds, required_keys=("answer", "trace"))
 
 
 def assert_no_key(*things):
@@ -69,7 +80,7 @@ def test_answers_a_qa_task_from_the_prefetched_documents(bench):
         assert kinds == ["prefetch", "model", "answer"]
         assert out.output["usage"]["calls"] == 1 and out.output["usage"]["tokens_in"] > 0
         request = srv.requests[0]
-        assert request["authorized"]  # the key reached the subprocess through its named variable
+        assert request["authorized"]  # the proxy added the real key; the jail only had a token
         system = request["body"]["messages"][0]["content"]
         assert "Keldar Isles" in system and "# Answering" in system  # prompt and skill loaded
         assert task.input["question"] in request["body"]["messages"][1]["content"]
@@ -108,3 +119,45 @@ def test_unreachable_model_and_missing_environment_are_errors(bench, tmp_path):
         bare = run_program([sys.executable, "runtime/main.py"], co, bench.payload(task, 0, 0), Limits(timeout_s=60),
                            required_keys=("answer", "trace"))
         assert bare.status == "error" and bare.returncode == 2 and "RSI_MODEL_BASE_URL" in bare.stderr_tail
+
+
+def test_target_records_the_proxys_count_not_the_harness_report(bench):
+    """MiniAgentTarget.run: a proxy per rollout; the rollout's tokens are what the endpoint
+    reported to the proxy, for an answer and for a rollout cut short by the call cap alike."""
+    task = bench.split("train")[0]
+    rules = {"rules": [{"match": "Tomas Vell", "reply": {"text": "Tomas Vell", "tokens_in": 321, "tokens_out": 12}}],
+             "default": "I do not know"}
+    prices = {"scripted-model": {"input_per_mtok": 3.0, "output_per_mtok": 15.0}}
+    with ScriptedServer([rules], loop=True, api_key=KEY) as srv, Snapshot.from_dir(MINIAGENT).check_out() as co:
+        snap = Snapshot.from_dir(MINIAGENT)
+        target = MiniAgentTarget(TargetConfig(path=str(MINIAGENT), kind="miniagent",
+                                              model=model(srv, prices=prices)), bench)
+        target.check(snap)
+        result = target.run(co, task, 0, 7)
+        assert result.status == "ok" and result.score == 1.0, result.trace
+        assert (result.tokens_in, result.tokens_out) == (321, 12)
+        assert result.cost_usd == pytest.approx((321 * 3.0 + 12 * 15.0) / 1e6)
+        assert result.trace["model_usage"]["calls"] == 1
+        assert_no_key(result.trace)
+
+        # the shipped loop asks for the search tool on every step: the cap ends it after 2 calls
+        loop = [{"tool_calls": [{"name": "search", "arguments": {"query": "lighthouse", "k": 1}}],
+                 "tokens_in": 100, "tokens_out": 7}]
+        with ScriptedServer(loop, loop=True, api_key=KEY) as looping:
+            capped = MiniAgentTarget(TargetConfig(path=str(MINIAGENT), kind="miniagent",
+                                                  model=model(looping, rollout_max_calls=2)), bench)
+            config = yaml.safe_load((co / "agent.yaml").read_text())
+            (co / "agent.yaml").write_text(yaml.safe_dump({**config, "prefetch": None, "max_steps": 10}))
+            result = capped.run(co, task, 0, 7)
+            assert len(looping.requests) == 2
+        assert result.status == "error" and "429" in result.trace["stderr_tail"], result.trace
+        assert "rollout_max_calls=2" in result.trace["stderr_tail"]
+        assert (result.tokens_in, result.tokens_out) == (200, 14)
+        assert result.trace["model_usage"]["calls"] == 2 and result.trace["model_usage"]["refused"] == 1
+
+
+def test_env_pass_may_not_carry_the_model_key(bench):
+    cfg = TargetConfig(path=str(MINIAGENT), kind="miniagent", env_pass=[KEY_ENV],
+                       model={"model": "m", "base_url": "http://127.0.0.1:9/v1", "api_key_env": KEY_ENV})
+    with pytest.raises(ConfigError, match="model proxy"):
+        MiniAgentTarget(cfg, bench).check(Snapshot.from_dir(MINIAGENT))

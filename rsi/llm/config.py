@@ -67,6 +67,18 @@ class LLMConfig(BaseModel):
     prices: dict[str, Price] = Field(
         default_factory=dict, description="per-model prices {input_per_mtok, output_per_mtok}, for cost accounting"
     )
+    # A target's own model (miniagent) is reached only through rsi.model_proxy, one proxy per
+    # rollout, which counts usage itself and enforces these caps (beyond one: HTTP 429). Unused
+    # by workers.
+    rollout_max_calls: int | None = Field(
+        50, ge=1, description="target model: calls one rollout may make (null: no cap)"
+    )
+    rollout_max_tokens: int | None = Field(
+        1_000_000, ge=1, description="target model: prompt + completion tokens one rollout may spend (null: no cap)"
+    )
+    rollout_max_cost_usd: float | None = Field(
+        None, gt=0, description="target model: USD one rollout may spend, priced from prices (needs a price for model)"
+    )
 
     @model_validator(mode="before")
     @classmethod
@@ -83,6 +95,8 @@ class LLMConfig(BaseModel):
             raise ValueError(f"api_key_env must name an environment variable (got {self.api_key_env!r}); {KEY_HINT}")
         if self.provider in ("openai", "anthropic") and not self.base_url and not self.api_key_env:
             raise ValueError(f"provider {self.provider} without base_url needs api_key_env (the variable holding the key)")
+        if self.rollout_max_cost_usd is not None and self.model not in self.prices:
+            raise ValueError(f"rollout_max_cost_usd needs prices for model {self.model!r} (prices.{self.model})")
         return self
 
     def cost(self, tokens_in: int, tokens_out: int) -> float:

@@ -2,7 +2,8 @@
 
 Task JSON on stdin (the benchmark payload, whose ``input`` holds the question and corpus);
 one JSON object on stdout: ``{"answer": str, "trace": [...], "usage": {...}}``. The model is
-reached through the openai SDK as the RSI_MODEL_* variables say (README.md beside this file).
+reached through the openai SDK as the RSI_MODEL_* variables say (README.md beside this file):
+under the runner, over the Unix socket RSI_MODEL_SOCKET names (the rollout's model proxy).
 Exit 2 on a bad environment or task, 1 when the model cannot be reached.
 """
 
@@ -41,7 +42,17 @@ def model_settings():
         "temperature": float(temperature) if temperature else None,
         "timeout": float(env.get("RSI_MODEL_TIMEOUT_S", "60")),
         "max_retries": int(env.get("RSI_MODEL_MAX_RETRIES", "2")),
+        "socket": env.get("RSI_MODEL_SOCKET") or None,
     }
+
+
+def http_client(socket):
+    """An HTTP client whose every request goes over the Unix socket ``socket``."""
+    try:
+        import httpx
+    except ImportError:  # some openai releases ship it as httpx2
+        import httpx2 as httpx
+    return httpx.Client(transport=httpx.HTTPTransport(uds=socket))
 
 
 def load_tools(names):
@@ -86,7 +97,8 @@ def run(task, config, settings):
     from openai import OpenAI
 
     client = OpenAI(base_url=settings["base_url"], api_key=settings["api_key"],
-                    timeout=settings["timeout"], max_retries=settings["max_retries"])
+                    timeout=settings["timeout"], max_retries=settings["max_retries"],
+                    http_client=http_client(settings["socket"]) if settings["socket"] else None)
     tools = load_tools(config.get("tools") or [])
     question = str(task["question"])
     trace, usage = [], {"calls": 0, "tokens_in": 0, "tokens_out": 0}
