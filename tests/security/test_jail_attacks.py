@@ -14,6 +14,7 @@ import os
 import shutil
 import socket
 import sys
+import tempfile
 import textwrap
 import threading
 import uuid
@@ -272,3 +273,57 @@ def test_a_qa_candidate_cannot_read_the_gold_answers(tmp_path):
     assert result.status == "ok", result.trace
     assert result.trace["output"] == {"answer": "unknown"}, "the gold answer was read from inside the jail"
     assert result.score == 0.0
+
+
+# ---- a caller that is not root ----------------------------------------------------------------
+NON_ROOT_UID = 61_234
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the suite itself then runs the unprivileged path")
+def test_an_unprivileged_caller_gets_the_same_jail(tmp_path):
+    """rsi run by a normal user: bubblewrap builds the jail from an unprivileged user namespace.
+    Driven from a real non-root process (the system interpreter, so nothing under /root is
+    needed), with a fork tree to show the process budget holds there too."""
+    system_python = shutil.which("python3", path="/usr/bin:/bin")
+    if system_python is None or not all(os.stat(p).st_mode & 0o001 for p in [*REPO.parents, REPO]):
+        pytest.skip("needs /usr/bin/python3 and a checkout other users can traverse")
+    home = Path(tempfile.mkdtemp(prefix="rsi-nonroot-"))  # pytest's own tmp is root's alone
+    work = home / "co"
+    work.mkdir()
+    (work / "main.py").write_text(textwrap.dedent("""
+        import json, os, sys, time
+        forks = 0
+        for _ in range(8):  # 256 processes at most, whatever the limit
+            try:
+                if os.fork() == 0:
+                    time.sleep(30); os._exit(0)
+                forks += 1
+            except OSError:
+                break
+        print(json.dumps({"uid": os.getuid(), "forks": forks, "ray": os.path.exists("/tmp/ray")}))
+    """))
+    for p in (home, work, work / "main.py"):
+        os.chown(p, NON_ROOT_UID, NON_ROOT_UID)
+    driver = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {str(REPO)!r})
+        from rsi.sandbox import Limits, run_program
+        out = run_program([sys.executable, "main.py"], {str(work)!r}, {{}}, Limits(timeout_s=20, max_procs=4))
+        print(json.dumps({{"status": out.status, "reason": out.reason, "output": out.output}}))
+    """)
+    try:
+        proc = subprocess_run(["setpriv", f"--reuid={NON_ROOT_UID}", f"--regid={NON_ROOT_UID}", "--clear-groups",
+                               "--inh-caps=-all", "--bounding-set=-all", system_python, "-c", driver])
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["status"] == "ok", result
+    assert result["output"]["uid"] == 1000 and result["output"]["ray"] is False
+    assert result["output"]["forks"] <= 4, "the process budget did not hold for a non-root caller"
+
+
+def subprocess_run(argv):
+    import subprocess
+
+    return subprocess.run(argv, capture_output=True, text=True, timeout=120, env={"PATH": "/usr/bin:/bin"})
