@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import shutil
 import textwrap
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -13,8 +14,10 @@ import pytest
 import yaml
 
 from rsi.cli import main
+from rsi.resume import resume_run
 from rsi.scripted_server import ScriptedServer
 from rsi.runner import start_run
+from _cluster import comparable
 from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
@@ -149,12 +152,158 @@ def test_parent_choice_among_confirmed_and_records(tmp_path, ray_session):
         if d["kind"] == "confirm" and d["accepted"]:
             admitted.add(d["snapshot_id"])
             assert set(d["uncertainty"]) == {"wins", "losses", "sign_test_p", "bootstrap_gain_95"}
-    assert len(admitted) >= 2
+    # Seed 42's parent draws: step 1 has only the seed; steps 2 and 3 explore (draws 0.22 and
+    # 0.03 < 0.5) and pick the seed; step 4 exploits the best lineage gain, v3 (+0.7). v1 (+0.3)
+    # and v3 are admitted, v2 loses t1 (regression 0.2); v0 written onto v3 reproduces the seed.
+    versions = {d["snapshot_id"]: records.get_snapshot(d["snapshot_id"]).text("VERSION").strip()
+                for d in decisions if d["kind"] in ("seed", "screen")}
+    assert sorted(versions[s] for s in admitted) == ["v0", "v1", "v3"]
+    assert [versions[d["parent_id"]] for d in of(decisions, "screen")] == ["v0", "v0", "v0"]
+    assert [(d["step"], d["reason"], d["parent_id"]) for d in of(decisions, "decline")] == \
+        [(4, "duplicate", of(decisions, "confirm")[2]["snapshot_id"])]
+    assert summary["snapshot_id"] == of(decisions, "confirm")[2]["snapshot_id"]
     table_rows = records.rollouts()
     assert table_rows.num_rows == len(pq.read_table(records.local_path() / "rollouts").to_pylist())
     assert set(summary["means"]) == {"train", "test"}
     cfg = yaml.safe_load((records.local_path() / "config.yaml").read_text())
     assert cfg["algorithm"]["name"] == "darwinx"
+
+
+def test_merge_regressing_against_the_donor_only_is_rejected(tmp_path, ray_session):
+    """The merge's regression reference is the per-task best of both parents. vAB keeps every
+    task solved and gains 1.25 on the primary v0, but falls 0.25 below the donor vA on t3 (an
+    unsolved task, so only the reference can catch it). vA's higher train mean makes it the
+    pairing's primary; it was not admitted, so the admitted v0 becomes the main branch."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 1.0, "t2": 0.0, "t3": 0.0},
+        "vA": {"t1": 0.0, "t2": 1.0, "t3": 0.5},
+        "vAB": {"t1": 1.0, "t2": 1.0, "t3": 0.25}}}
+    decisions, summary, _ = run(scenario(tmp_path, table, [version("vA"), version("vAB")],
+                                         {"max_steps": 2, "merge_every": 2}))
+    seed_id = decisions[0]["snapshot_id"]
+    first, second = of(decisions, "confirm")
+    assert (first["accepted"], first["reason"], first["lost_invariant"]) == (False, "lost solved tasks", ["t1"])
+    merge, = of(decisions, "merge")
+    assert (merge["step"], merge["parent_id"], merge["donor_id"]) == (2, seed_id, first["snapshot_id"]), \
+        "the admitted parent is the main branch, the rejected specialist the donor"
+    assert merge["ancestor_id"] == seed_id and merge["union"] == 2
+    screen = of(decisions, "screen")[1]
+    assert screen["accepted"] is True and screen["regression_mass"] == 0.25 and screen["gain"] == 1.25
+    assert second["parent_id"] == seed_id and second["donor_id"] == first["snapshot_id"]
+    assert second["parent_means"] == {"t1": 1.0, "t2": 0.0, "t3": 0.0}, "gain is measured against the main branch"
+    assert second["reference_means"] == {"t1": 1.0, "t2": 1.0, "t3": 0.5}, "reference = per-task max of both parents"
+    assert (second["gain"], second["regression_mass"], second["lost_invariant"]) == (1.25, 0.25, [])
+    assert second["accepted"] is False and second["reason"] == "regression over tolerance"
+    # the uncertainty figure pairs the child with the main branch: t2 and t3 win, t1 ties
+    assert second["uncertainty"]["wins"] == 2 and second["uncertainty"]["losses"] == 0
+    assert second["uncertainty"]["sign_test_p"] == 0.5  # 2 * C(2,0) / 2^2
+    assert summary["snapshot_id"] == seed_id
+    promote, = of(decisions, "promote")
+    assert [(a["kind"], a["admitted"]) for a in promote["archive"]] == \
+        [("seed", True), ("mutation", False), ("recombination", False)]
+
+
+def test_screen_rejections_pay_no_confirm(tmp_path, ray_session):
+    """Screen tolerance 0.25: vN improves nothing; vR improves t1 but regresses 0.5; vT improves
+    t1 and regresses exactly 0.25, passes the screen and only then pays for a confirm (where the
+    default tolerance 0 rejects it)."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "vN": {"t1": 0.5, "t2": 0.25, "t3": 0.5},
+        "vR": {"t1": 1.0, "t2": 0.0, "t3": 0.5},
+        "vT": {"t1": 1.0, "t2": 0.25, "t3": 0.5}}}
+    decisions, summary, records = run(scenario(
+        tmp_path, table, [version("vN"), version("vR"), version("vT")],
+        {"max_steps": 3, "merge_every": 0, "screen_regression_tolerance": 0.25}))
+    seed_id = decisions[0]["snapshot_id"]
+    screens = of(decisions, "screen")
+    rejected = "no task improved or regression over screen tolerance"
+    assert [(d["step"], d["accepted"], d["reason"], d["gain"], d["regression_mass"]) for d in screens] == [
+        (1, False, rejected, -0.25, 0.25), (2, False, rejected, 0.0, 0.5), (3, True, "screen passed", 0.25, 0.25)]
+    assert all(d["parent_id"] == seed_id and sorted(d["tasks"]) == ["t1", "t2", "t3"] and d["samples"] == 1
+               for d in screens)
+    confirm, = of(decisions, "confirm")
+    assert confirm["step"] == 3 and confirm["snapshot_id"] == screens[2]["snapshot_id"]
+    assert (confirm["accepted"], confirm["reason"], confirm["regression_mass"]) == \
+        (False, "regression over tolerance", 0.25)
+    rows = records.rollouts()
+    measured = Counter(zip(rows["snapshot_id"].to_pylist(), rows["split"].to_pylist()))
+    vn, vr, vt = (d["snapshot_id"] for d in screens)
+    assert measured == {
+        (vn, "train"): 3, (vr, "train"): 3,  # screened on 3 tasks once, never confirmed
+        (vt, "train"): 3 + 9,  # screen, then the whole pool 3 times
+        (seed_id, "train"): 9 + 3 * 3 + 9,  # seed confirm, parent side of 3 screens and of 1 confirm
+        (seed_id, "test"): 1}
+    promote, = of(decisions, "promote")
+    assert [(a["level"], a["admitted"]) for a in promote["archive"]] == \
+        [("seed", True), ("screen", False), ("screen", False), ("confirm", False)]
+    assert summary["snapshot_id"] == seed_id
+
+
+def _parallel_table() -> dict:
+    return {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "v1": {"t1": 1.0, "t2": 0.5, "t3": 0.5},
+        "vBad": {"t1": 0.25, "t2": 0.25, "t3": 0.25},
+        "v3": {"t1": 1.0, "t2": 1.0, "t3": 0.5}}}
+
+
+PARALLEL = {"max_steps": 4, "merge_every": 0, "parallel_candidates": 2, "exploration_probability": 0.0}
+PARALLEL_EDITS = [version("v1"), version("v1"), version("vBad"), version("v3")]
+
+
+def test_parallel_round_duplicate_and_screen_rejection(tmp_path, ray_session):
+    """Two candidates per round. Round 1: both edits write v1 onto the seed, so the second is a
+    duplicate of the first (declined while the round is proposed, never measured). Round 2: both
+    parents are v1 (exploration 0: best lineage gain); vBad fails the screen, v3 is admitted."""
+    decisions, summary, records = run(scenario(tmp_path, _parallel_table(), PARALLEL_EDITS, PARALLEL))
+    seed_id = decisions[0]["snapshot_id"]
+    confirms = of(decisions, "confirm")
+    v1, v3 = confirms[0]["snapshot_id"], confirms[1]["snapshot_id"]
+    assert [(d["step"], d["kind"], d["snapshot_id"], d["parent_id"], d["accepted"], d["reason"])
+            for d in decisions if d["kind"] != "seed"] == [
+        (2, "decline", v1, seed_id, False, "duplicate"),
+        (1, "screen", v1, seed_id, True, "screen passed"),
+        (1, "confirm", v1, seed_id, True, "admitted: gains and preserves the lineage"),
+        (3, "screen", of(decisions, "screen")[1]["snapshot_id"], v1, False,
+         "no task improved or regression over screen tolerance"),
+        (4, "screen", v3, v1, True, "screen passed"),
+        (4, "confirm", v3, v1, True, "admitted: gains and preserves the lineage"),
+        (4, "promote", v3, v1, True, "highest train mean 0.8333 among confirmed members"),
+        (5, "test", v3, v1, None, "test mean 0.0000")]
+    assert [c["gain"] for c in confirms] == [0.5, 0.5]
+    assert of(decisions, "screen")[1]["regression_mass"] == 1.25
+    promote, = of(decisions, "promote")
+    assert [(a["step"], a["level"], a["admitted"]) for a in promote["archive"]] == \
+        [(0, "seed", True), (1, "confirm", True), (3, "screen", False), (4, "confirm", True)]
+    assert [(d["step"], d["reason"]) for d in promote["declined_edits"]] == [(2, "duplicate")]
+    assert summary["snapshot_id"] == v3 and summary["rollouts"]["executed"] == 64
+
+
+def test_parallel_run_stopped_after_a_round_resumes_to_identical_decisions(tmp_path, ray_session):
+    """The same parallel run, stopped by a worker fault in round 2 (after round 1's state was
+    saved) and continued with ``rsi resume``'s own code once the script is fixed, decides exactly
+    what the uninterrupted run decides and runs no stored rollout again."""
+    whole, _, _ = run(scenario(tmp_path / "whole", _parallel_table(), PARALLEL_EDITS, PARALLEL))
+
+    broken = PARALLEL_EDITS[:2] + [{"files": {"../outside": "x"}, "reply": "escape"}] + PARALLEL_EDITS[3:]
+    path = scenario(tmp_path / "stopped", _parallel_table(), broken, PARALLEL)
+    r = start_run(str(path))
+    from ray.exceptions import RayTaskError
+
+    with pytest.raises(RayTaskError, match="stay inside the checkout"):
+        r.execute()
+    state = r.records.read_state()
+    assert state["step"] == 2 and state["worker_states"] == [{"position": 2}] and state["decisions"] == 4
+    assert [a["level"] for a in state["archive"]] == ["seed", "confirm"]
+    assert [d["reason"] for d in state["declined"]] == ["duplicate"]
+    assert not r.records.exists("summary.json")
+
+    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": PARALLEL_EDITS, "ask_reply": "learned"}))
+    summary = resume_run(r.records.uri)
+    assert comparable(r.records.decisions()) == comparable(whole)
+    assert summary["rollouts"]["executed"] == 64 - 33, "seed and round 1 (33 rollouts) are not run again"
+    assert summary["snapshot_id"] == of(whole, "promote")[0]["snapshot_id"]
 
 
 @pytest.mark.parametrize("override,needle", [
