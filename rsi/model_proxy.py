@@ -163,7 +163,7 @@ class ModelProxy:
         token as the key, and the model settings. Never the key itself."""
         from rsi.llm import miniagent_env
 
-        env, _ = miniagent_env(self.cfg)  # its key passthrough is dropped: the jail gets the token
+        env = miniagent_env(self.cfg)
         env.update({
             "RSI_MODEL_SOCKET": f"{JAIL_DIR}/{self.socket_name}" if jailed else self.socket_path,
             "RSI_MODEL_BASE_URL": JAIL_BASE_URL,

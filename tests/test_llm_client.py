@@ -180,12 +180,12 @@ def test_cache_replays_identical_requests_and_prices_cost(tmp_path, key_env):
     assert len(cached) == 1 and KEY not in cached[0].read_text()
 
 
-def test_miniagent_env_passes_the_key_by_name_only(key_env):
+def test_miniagent_env_holds_settings_never_the_key_or_its_name(key_env):
     cfg = LLMConfig(provider="openai", model="m", base_url="http://127.0.0.1:9/v1", api_key_env=key_env,
                     max_tokens=64, temperature=0.2)
-    env, passthrough = miniagent_env(cfg)
-    assert passthrough == [key_env] and KEY not in json.dumps(env)
-    assert env["RSI_MODEL_API_KEY_ENV"] == key_env and env["RSI_MODEL_MAX_TOKENS"] == "64"
+    env = miniagent_env(cfg)
+    assert KEY not in json.dumps(env) and key_env not in json.dumps(env)
+    assert env["RSI_MODEL_MAX_TOKENS"] == "64" and env["RSI_MODEL_NAME"] == "m"
     assert env["RSI_MODEL_BASE_URL"] == "http://127.0.0.1:9/v1" and env["RSI_MODEL_TEMPERATURE"] == "0.2"
     with pytest.raises(ConfigError, match="provider local"):
         miniagent_env(LLMConfig(provider="local", model="smollm2-135m"))

@@ -50,26 +50,27 @@ def test_provider_local_starts_and_stops_its_own_server():
         socket.create_connection(("127.0.0.1", port), timeout=5)
 
 
-def test_miniagent_answers_qa_tasks_through_smollm2(served):
+def test_miniagent_answers_qa_tasks_through_smollm2(served, tmp_path):
+    """MiniAgent as a rollout runs it: in the jail, reaching the local model only through the
+    per-rollout model proxy, its usage counted there."""
     from benchmarks.qa import QA, QAParams
-    from rsi.llm import miniagent_env
-    from rsi.sandbox import Limits, run_program
+    from rsi.config import TargetConfig
     from rsi.snapshot import Snapshot
+    from rsi.target import MiniAgentTarget
 
     bench = QA(QAParams(name="qa", limit=4))
-    env, passthrough = miniagent_env(served)
+    target = MiniAgentTarget(TargetConfig(path=".", kind="miniagent", limits={"timeout_s": 120},
+                                          model=served.model_dump(exclude_none=True)), bench)
     scores, contains = [], []
-    with Snapshot.from_dir(MINIAGENT).check_out() as checkout:
-        for task in bench.split("train"):
-            out = run_program([sys.executable, "runtime/main.py"], checkout, bench.payload(task, 0, 0),
-                              Limits(timeout_s=120), env_passthrough=passthrough, env=env,
-                              required_keys=("answer", "trace"))
-            assert out.status == "ok", out.reason + out.stderr_tail
-            assert isinstance(out.output["answer"], str) and out.output["answer"]
-            assert out.output["usage"]["tokens_out"] > 0
-            score = bench.score(task, out.output, 0)
-            scores.append(score.primary)
-            contains.append(score.metrics["contains"])
+    for i, task in enumerate(bench.split("train")):
+        with Snapshot.from_dir(MINIAGENT).check_out() as checkout:
+            result = target.run(Path(checkout), task, 0, 0)
+        assert result.status == "ok", result.trace
+        answer = result.trace["output"]["answer"]
+        assert isinstance(answer, str) and answer
+        assert result.tokens_out > 0, "the proxy counted the model's reply"
+        scores.append(result.score)
+        contains.append(result.trace["metrics"]["contains"])
     mean = sum(scores) / len(scores)
     print(f"SmolLM2-135M MiniAgent on {len(scores)} train tasks: exact match {mean:.2f}, "
           f"answer contained {sum(contains) / len(contains):.2f}")

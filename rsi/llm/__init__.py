@@ -63,11 +63,12 @@ def serve(cfg: LLMConfig, base_dir: Path | None = None) -> Iterator[LLMConfig]:
         yield cfg.model_copy(update={"base_url": srv.base_url})
 
 
-def miniagent_env(cfg: LLMConfig) -> tuple[dict[str, str], list[str]]:
-    """Environment of a MiniAgent rollout (contract: targets/miniagent/README.md).
+def miniagent_env(cfg: LLMConfig) -> dict[str, str]:
+    """The model settings of a MiniAgent rollout (contract: targets/miniagent/README.md).
 
-    Returns the variables to set and the names to pass through from our environment: only
-    the variable holding the key, by its own name, so the key never sits in ``env``.
+    Settings only: a rollout reaches its model through ``rsi.model_proxy``, which adds its
+    socket and a per-rollout token. The upstream URL is here for the process backend's
+    record; the key, and even the name of its variable, never go to a rollout.
     """
     base_url = cfg.base_url or DEFAULT_BASE_URLS.get(cfg.provider)
     if not base_url:
@@ -75,7 +76,6 @@ def miniagent_env(cfg: LLMConfig) -> tuple[dict[str, str], list[str]]:
     env = {
         "RSI_MODEL_BASE_URL": base_url,
         "RSI_MODEL_NAME": cfg.model,
-        "RSI_MODEL_API_KEY_ENV": cfg.api_key_env or "",
         "RSI_MODEL_MAX_TOKENS": str(cfg.max_tokens),
         "RSI_MODEL_TIMEOUT_S": str(cfg.timeout_s),
         "RSI_MODEL_MAX_RETRIES": str(cfg.max_retries),
@@ -83,4 +83,4 @@ def miniagent_env(cfg: LLMConfig) -> tuple[dict[str, str], list[str]]:
     temperature = 0.0 if cfg.temperature is None and cfg.provider == "local" else cfg.temperature
     if temperature is not None:
         env["RSI_MODEL_TEMPERATURE"] = str(temperature)
-    return env, [cfg.api_key_env] if cfg.api_key_env else []
+    return env
