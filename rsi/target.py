@@ -50,11 +50,19 @@ class Target(ABC):
     def check(self, snapshot: Snapshot) -> None:
         """Startup checks against the seed version (ConfigError: exit 2, nothing started)."""
 
+    #: Modules besides the target's own whose code decides a rollout's outcome (the sandbox,
+    #: the jail, the output parser; an agent target adds its model proxy).
+    runtime_modules: ClassVar[tuple[str, ...]] = ("rsi.sandbox", "rsi.jail", "rsi.untrusted")
+
     def fingerprint(self) -> str:
         """Everything besides the snapshot that decides a rollout's outcome (cache key part):
         the kind, the target config (limits included), the bytes of the module that runs the
-        rollout, and the benchmark's own fingerprint (its code, data and harness)."""
-        code = hashlib.sha256(Path(inspect.getfile(type(self))).read_bytes()).hexdigest()
+        rollout and of its ``runtime_modules``, and the benchmark's own fingerprint (its code,
+        data and harness)."""
+        import importlib
+
+        files = [inspect.getfile(type(self))] + [importlib.import_module(m).__file__ for m in self.runtime_modules]
+        code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
         body = f"{self.kind}|{self.config.model_dump_json()}|{code}|{self.benchmark.fingerprint()}"
         return hashlib.sha256(body.encode()).hexdigest()[:16]
 
@@ -151,6 +159,7 @@ class MiniAgentTarget(ProgramTarget):
 
     kind = "miniagent"
     default_entry = "runtime/main.py"
+    runtime_modules = (*ProgramTarget.runtime_modules, "rsi.model_proxy")
 
     def llm(self):
         from rsi.llm import LLMConfig
