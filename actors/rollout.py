@@ -72,6 +72,7 @@ def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec],
             "score": float(result.score) if result.status == "ok" else 0.0, "status": result.status,
             "duration_s": float(duration), "tokens_in": result.tokens_in, "tokens_out": result.tokens_out,
             "cost_usd": result.cost_usd, "trace_ref": None,
+            "metrics": result.metrics if result.status == "ok" else None,
         })
         traces.append({"task_id": spec.task_id, "trial": spec.trial, "snapshot_id": snapshot.snapshot_id,
                        "split": split, "node_id": node_id, **result.trace})

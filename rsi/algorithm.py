@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rsi.benchmark import Benchmark
-from rsi.errors import ConfigError, Rejected
+from rsi.errors import ConfigError, Rejected, SeedFailed
 from rsi.progress import log
 from rsi.records import RunRecords
 from rsi.snapshot import Snapshot
@@ -86,6 +86,20 @@ class Algorithm:
         raise NotImplementedError
 
     # ---- shared pieces -------------------------------------------------------------------------
+    def require_seed_runs(self, table) -> None:
+        """Stop before any edit when every rollout of the seed failed (``error``, ``timeout`` or
+        ``protocol_error``): no search can improve on a program that never runs, and a mean of
+        0 would hide why. A seed that runs and scores 0 is a valid start."""
+        statuses = table["status"].to_pylist()
+        if not statuses or "ok" in statuses:
+            return
+        first = next(i for i, s in enumerate(statuses) if s != "ok")
+        ref = table["trace_ref"][first].as_py()
+        reason = self.ctx.records.read_trace(ref).get("reason", "") if ref else ""
+        split = table["split"][first].as_py()
+        raise SeedFailed(f"the seed version failed on all {len(statuses)} {split} rollouts; first "
+                         f"({table['task_id'][first].as_py()}): {statuses[first]}: {' '.join(str(reason).split())[:300]}")
+
     def decide(self, kind: str, snapshot_id: str | None = None, parent_id: str | None = None,
                accepted: bool | None = None, reason: str = "", **figures) -> dict:
         record = {"step": self.step, "kind": kind, "snapshot_id": snapshot_id, "parent_id": parent_id,

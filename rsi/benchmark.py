@@ -102,6 +102,18 @@ class Benchmark(ABC):
             h.update(hashlib.sha256(Path(path).read_bytes()).hexdigest().encode())
         return f"{self.name}:{h.hexdigest()[:16]}"
 
+    def source_files(self) -> dict[str, bytes]:
+        """User-supplied code the run depends on (a problem file, its harness): the run
+        directory keeps a copy and its hash. The shipped suites have none."""
+        return {}
+
+    def scorer_home(self) -> str | None:
+        """Where the scoring code lives (a folder, or a file): a scorer's error names its line there."""
+        try:
+            return str(Path(inspect.getfile(type(self))).resolve().parent)
+        except (TypeError, OSError):
+            return None
+
     def data_fingerprint(self) -> str:
         """A digest of data that lives outside the suite's package (a user's file); "" if none."""
         return ""

@@ -1,4 +1,4 @@
-"""``rsi``: validate, run, resume, eval, show, export, submit.
+"""``rsi``: validate, run, resume, new, eval, show, export, submit.
 
 A user's mistake is one line on stderr and exit code 2; nothing is started before the input
 is known to be good.
@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     rs.add_argument("--allow-changed", action="store_true",
                     help="resume although the benchmark, harness or target limits changed (re-executes their rollouts)")
     rs.set_defaults(func=cmd_resume)
+
+    n = sub.add_parser("new", help="scaffold a runnable problem directory (problem.py, seed/, config.yaml)")
+    n.add_argument("name", help="the directory to create")
+    n.set_defaults(func=cmd_new)
 
     e = sub.add_parser("eval", help="measure one target directory on a benchmark")
     e.add_argument("target_dir")
@@ -125,6 +129,16 @@ def cmd_resume(args, extra) -> int:
 
     summary = resume_run(args.run_dir, args.allow_changed)
     print_summary(summary)
+    return 0
+
+
+def cmd_new(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.scaffold import scaffold
+
+    dest = scaffold(args.name)
+    print(f"created {dest}/: problem.py (tasks, score), seed/ (the program to evolve), config.yaml")
+    print(f"run it:  rsi run {dest}/config.yaml")
     return 0
 
 

@@ -119,6 +119,13 @@ class Resolved:
     def secrets(self) -> list[str]:
         return [os.environ[n] for n in self.secret_env_names if os.environ.get(n)]
 
+    def storage(self) -> str:
+        """Where runs go: a URI as written, a local path relative to the config's directory."""
+        storage = self.run.storage
+        if "://" in storage or Path(storage).expanduser().is_absolute():
+            return storage
+        return str(self.base_dir / Path(storage).expanduser())
+
     def target_dir(self) -> Path:
         return resolve_path(self.run.target.path, self.base_dir)
 
@@ -253,6 +260,8 @@ def load_config(path: str | Path, overrides: Iterable[tuple[str, str]] = (), raw
 
     from rsi.registry import algorithm_class, benchmark_class
 
+    if "problem" in run.benchmark and "name" not in run.benchmark:  # bring your own problem
+        run.benchmark = {"name": "problem", **run.benchmark}
     bench_cls = _registry_call(benchmark_class, run.benchmark.get("name"), where, "benchmark.name")
     bench_params = validate_model(bench_cls.Params, run.benchmark, where, "benchmark")
     algo_cls = _registry_call(algorithm_class, run.algorithm.get("name"), where, "algorithm.name")

@@ -18,6 +18,10 @@ class ClusterError(RsiError):
     """Ray or storage could not do what was asked."""
 
 
+class SeedFailed(RsiError):
+    """Every rollout of the starting version failed: no search can start from it (exit 1)."""
+
+
 class Rejected(RsiError):
     """A commit was refused. ``reason`` is a stable name recorded in decisions."""
 

@@ -26,6 +26,7 @@ BENCHMARKS = {
     "qa": "benchmarks.qa:QA",
     "meta_landscape": "algorithms.meta.benchmark:LandscapeBenchmark",
     "meta_binpack": "algorithms.meta.benchmark:BinpackSearchBenchmark",
+    "problem": "rsi.problem:ProblemBenchmark",  # benchmark: {problem: file.py}
 }
 
 TARGETS = {
@@ -56,7 +57,7 @@ def algorithm_class(name: str):
 
 
 def benchmark_class(name: str):
-    return _load(BENCHMARKS, "benchmark", name)
+    return _load(BENCHMARKS, "benchmark", name, group="rsi.benchmarks")
 
 
 def target_class(kind: str):

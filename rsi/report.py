@@ -29,8 +29,10 @@ def print_summary(summary: dict) -> None:
     console.print(f"run directory: {summary['run_dir']}", markup=False)
     console.print(f"promoted snapshot: {summary['snapshot_id']}", markup=False)
     means = [{"split": s, "mean_score": m} for s, m in summary["means"].items()]
+    for row in means:
+        row.update(summary.get("metrics", {}).get(row["split"], {}))
     if means:
-        console.print(rows_table(means, "mean primary score of the promoted snapshot"))
+        console.print(rows_table(means, "mean scores of the promoted snapshot (primary, then named metrics)"))
     if summary.get("test_report"):
         console.print(rows_table(summary["test_report"], "test"))
     for table in (summary.get("algorithm_report") or {}).get("tables", []):

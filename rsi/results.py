@@ -35,6 +35,8 @@ SCHEMA = pa.schema(
         # The target fingerprint the row was measured under (code, data, harness, limits): the
         # rollout cache reuses a row only under the same one. Null in runs from before it.
         ("fingerprint", pa.string()),
+        # Named secondary metrics of an ok rollout (a problem's score() dict, bin packing's bins).
+        ("metrics", pa.map_(pa.string(), pa.float64())),
     ]
 )
 
@@ -110,3 +112,12 @@ def per_dataset_means(table: pa.Table, benchmark: "Benchmark", split: str) -> li
         {"dataset": ds, "rollouts": len(v), "mean_score": float(np.mean(v)), "failed": errors[ds]}
         for ds, v in groups.items()
     ]
+
+
+def metric_means(table: pa.Table) -> dict[str, float]:
+    """Mean of each named secondary metric over the rows that report it."""
+    sums: dict[str, list[float]] = {}
+    for row in table["metrics"].to_pylist() if "metrics" in table.column_names else []:
+        for name, value in row or []:
+            sums.setdefault(name, []).append(value)
+    return {name: float(np.mean(v)) for name, v in sums.items()}

@@ -24,7 +24,7 @@ from rsi.errors import ConfigError
 from rsi.progress import log
 from rsi.records import RunRecords
 from rsi.registry import target_class
-from rsi.results import ScoreMatrix
+from rsi.results import ScoreMatrix, metric_means
 from rsi.snapshot import Snapshot
 
 
@@ -43,6 +43,7 @@ def prepare(resolved: Resolved) -> Prepared:
     if not target_dir.is_dir():
         raise ConfigError(f"target.path: directory {target_dir} does not exist")
     seed = Snapshot.from_dir(target_dir, secrets=resolved.secrets())
+    check_scope(seed, run.target.evolve_scope, resolved.worker_cfg is not None)
     from rsi.registry import benchmark_class
 
     benchmark = benchmark_class(resolved.bench_params.name)(resolved.bench_params, base_dir=resolved.base_dir)
@@ -85,10 +86,32 @@ def provenance(base_dir: Path) -> dict:
             "machine": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()}}
 
 
+def check_scope(seed: Snapshot, scope, has_worker: bool) -> None:
+    """The evolve scope names real components and holds something a worker can change."""
+    try:
+        names = seed.components.resolve_scope(scope)
+    except ConfigError as exc:
+        raise ConfigError(f"target.evolve_scope: {exc}") from None
+    if has_worker and not any(e.component in names for e in seed.files.values()):
+        raise ConfigError(f"target.evolve_scope {sorted(names)}: no file of the target is in these components, "
+                          f"so no edit could ever be committed")
+
+
+def keep_sources(records: RunRecords, benchmark: Benchmark) -> dict[str, str]:
+    """A copy of the user's problem code in the run directory (``problem/``) -> name: sha256."""
+    import hashlib
+
+    digests = {}
+    for name, data in benchmark.source_files().items():
+        records.write_bytes(f"problem/{name}", data)
+        digests[name] = hashlib.sha256(data).hexdigest()
+    return digests
+
+
 def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Run":
     prepared = prepare(load_config(config_path, overrides))
     run = prepared.config.run
-    records = RunRecords.create(run.storage, run.name, run_dir)
+    records = RunRecords.create(prepared.config.storage(), run.name, run_dir)
     records.write_config(prepared.config.redacted())
     records.write_json("run.json", {"schema_version": SCHEMA_VERSION,
                                     "base_dir": str(prepared.config.base_dir),
@@ -96,7 +119,8 @@ def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Ru
                                     "config_path": str(Path(config_path).resolve()),
                                     "fingerprint": prepared.target.fingerprint(),
                                     "jail": prepared.target.backend,
-                                    "provenance": provenance(prepared.config.base_dir)})
+                                    "provenance": provenance(prepared.config.base_dir),
+                                    "problem_files": keep_sources(records, prepared.benchmark)})
     records.put_snapshot(prepared.seed)
     return Run(prepared, records)
 
@@ -181,12 +205,15 @@ class Run:
     def summary(self, promoted: Snapshot, test: pa.Table | None, stats: dict, elapsed: float) -> dict:
         rows = self.records.rollouts()
         rows = rows.filter(pc.equal(rows["fingerprint"], self.p.target.fingerprint()))  # this target's rows only
-        means = {}
+        means, metrics = {}, {}
         for split in ("train", "dev", "test"):
             mask = np.array([(s == promoted.snapshot_id and sp == split)
                              for s, sp in zip(rows["snapshot_id"].to_pylist(), rows["split"].to_pylist())], bool)
             if mask.any():
-                means[split] = ScoreMatrix.from_table(rows.filter(pa.array(mask))).mean()
+                mine = rows.filter(pa.array(mask))
+                means[split] = ScoreMatrix.from_table(mine).mean()
+                if named := metric_means(mine):
+                    metrics[split] = named
         report = self.p.benchmark.report(test, "test") if test is not None else []
         return {
             "run_dir": self.records.uri,
@@ -194,6 +221,7 @@ class Run:
             "seed_snapshot_id": self.p.seed.snapshot_id,
             "algorithm": self.p.config.algo_params.name,
             "means": means,
+            "metrics": metrics,
             "test_report": report,
             "rollouts": {"executed": stats.get("executed", 0), "cache_hits": stats.get("cache_hits", 0)},
             "elapsed_s": round(elapsed, 2),

@@ -34,6 +34,7 @@ class RolloutResult:
     tokens_in: int = 0
     tokens_out: int = 0
     cost_usd: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict)
 
 
 class Target(ABC):
@@ -144,7 +145,7 @@ class ProgramTarget(Target):
             return RolloutResult(0.0, "error", out.duration_s + (time.perf_counter() - t0), trace)
         primary = min(max(primary, 0.0), 1.0)
         return RolloutResult(primary, "ok", out.duration_s + (time.perf_counter() - t0), trace,
-                             usage.tokens_in, usage.tokens_out, usage.cost_usd)
+                             usage.tokens_in, usage.tokens_out, usage.cost_usd, dict(score.metrics))
 
 
 class MiniAgentTarget(ProgramTarget):
@@ -191,11 +192,8 @@ def _where(exc: BaseException, benchmark: Benchmark) -> str:
     """``Type: message (file:line)``, the line being the innermost frame in the benchmark's own
     package (else the innermost frame): where a scorer raised, for the rollout's trace."""
     frames = traceback.extract_tb(exc.__traceback__)
-    try:
-        home = str(Path(inspect.getfile(type(benchmark))).resolve().parent)
-    except (TypeError, OSError):
-        home = None
-    own = [f for f in frames if home and str(Path(f.filename).resolve()).startswith(home + "/")]
+    home = benchmark.scorer_home()
+    own = [f for f in frames if home and (f.filename == home or str(Path(f.filename).resolve()).startswith(home + "/"))]
     frame = (own or frames or [None])[-1]
     message = " ".join(str(exc).split())[:300]
     where = f" ({frame.filename}:{frame.lineno})" if frame is not None else ""

@@ -78,7 +78,7 @@ class ADAS(Algorithm):
     def seed(self) -> None:
         """The current version on dev is archive entry 0 and the first leader."""
         snap = self.ctx.seed_snapshot
-        score = self.dev_score(snap, "seed")
+        score = self.dev_score(snap, "seed", require_runs=True)
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"dev score {score:.4f}",
                     score=score, account=_prompts.SEED_ACCOUNT, archive_index=0)
         self.add_to_archive(snap, _prompts.SEED_ACCOUNT, score)
@@ -114,8 +114,10 @@ class ADAS(Algorithm):
                             declined_designs=self.declined_designs)
 
     # ---- pieces --------------------------------------------------------------------------
-    def dev_score(self, snap: Snapshot, salt: str) -> float:
+    def dev_score(self, snap: Snapshot, salt: str, require_runs: bool = False) -> float:
         table = self.ctx.evaluator.evaluate(snap, "dev", trials=1, salt=f"adas/{salt}", label=f"dev {salt}")
+        if require_runs:
+            self.require_seed_runs(table)
         return ScoreMatrix.from_table(table).mean()
 
     @staticmethod

@@ -105,7 +105,7 @@ class AHE(Algorithm):
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
-        self.measure(snap, "seed")
+        self.require_seed_runs(self.measure(snap, "seed"))
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {self.train_mean():.4f}",
                     train_mean=self.train_mean(), means=self.means)
         self.adopt(snap)
@@ -218,7 +218,7 @@ class AHE(Algorithm):
             self.declined_edits.append({"step": self.step, "reason": last["reason"], "detail": last.get("detail", "")})
         return child, discarded
 
-    def measure(self, snap: Snapshot, salt: str) -> None:
+    def measure(self, snap: Snapshot, salt: str):
         table = self.ctx.evaluator.evaluate(snap, "train", trials=1, salt=f"ahe/{salt}", label=f"train {salt}")
         self.means = ScoreMatrix.from_table(table, self.train_ids).avg_at_k()
         self.status, self.trace_refs = {}, {}
@@ -226,6 +226,7 @@ class AHE(Algorithm):
             self.status.setdefault(t, s)
             if r:
                 self.trace_refs.setdefault(t, r)
+        return table
 
     def adopt(self, snap: Snapshot) -> None:
         self.current, self.diagnosis = snap, (None, {})

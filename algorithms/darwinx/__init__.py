@@ -91,6 +91,7 @@ class DarwinX(Algorithm):
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
         table = self.ctx.evaluator.evaluate(snap, "train", trials=self.p.confirm_samples, salt="seed", label="seed")
+        self.require_seed_runs(table)
         seed = Candidate(0, snap, 0, "seed", level="seed", admitted=True)
         seed.means = self._means(table)
         seed.solved = solved_set(seed.means, self.p.solved_threshold)
