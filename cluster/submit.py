@@ -42,10 +42,14 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
 
     overrides = [(k, v) for k, v in overrides if k != "ray.address"]
     resolved = load_config(config, overrides)
-    prepare(resolved)
+    prepared = prepare(resolved)
     local = _is_local(address)
     run_dir = _run_location(run_dir or new_run_uri(resolved.run.storage, resolved.run.name), local)
     workdir, config_rel = _working_dir(Path(config), resolved.base_dir)
+    for path in prepared.benchmark.user_paths():
+        if not _inside(path.resolve(), workdir):
+            raise ConfigError(f"{path} is outside {workdir}, the directory the job ships: move the problem file "
+                              "next to the config (or below it)")
     entrypoint = shlex.join(["python", "-m", "rsi.cli", "run", config_rel, "--run-dir", run_dir,
                              "--ray.address", "auto", *[a for k, v in overrides for a in (f"--{k}", str(v))]])
     return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_config": config_rel}, wait)

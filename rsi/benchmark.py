@@ -107,6 +107,11 @@ class Benchmark(ABC):
         directory keeps a copy and its hash. The shipped suites have none."""
         return {}
 
+    def user_paths(self) -> list[Path]:
+        """Files of the user's this suite reads at start-up (a problem file and its harness):
+        a submitted job must ship them."""
+        return []
+
     def scorer_home(self) -> str | None:
         """Where the scoring code lives (a folder, or a file): a scorer's error names its line there."""
         try:

@@ -164,6 +164,9 @@ class ProblemBenchmark(Benchmark):
         h.update(f"|{self.attr}|{self.version}".encode())
         return h.hexdigest()[:16]
 
+    def user_paths(self) -> list[Path]:
+        return [p for p in (self.path, self.harness) if p is not None and self.path is not None]
+
     def source_files(self) -> dict[str, bytes]:
         name = self.path.name if self.path is not None else f"{self.ref.partition(':')[0]}.py"
         files = {name: self.source.encode()}

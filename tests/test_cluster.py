@@ -115,6 +115,22 @@ def test_bad_config_exits_2_before_contacting_the_cluster(tmp_path):
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_problem_file_outside_the_shipped_directory_exits_2(tmp_path):
+    (tmp_path / "problems").mkdir()
+    (tmp_path / "problems" / "p.py").write_text(
+        "def tasks(split):\n    return [{'id': 'a'}]\ndef score(task, output):\n    return 1.0\n")
+    job = tmp_path / "job"
+    (job / "seed").mkdir(parents=True)
+    (job / "seed" / "main.py").write_text("print('{}')\n")
+    (job / "seed" / "components.yaml").write_text("- {name: program, glob: main.py}\n")
+    (job / "c.yaml").write_text(yaml.safe_dump({
+        "name": "x", "storage": "/tmp/unused", "target": {"path": "seed", "entry": "main.py"},
+        "benchmark": {"problem": "../problems/p.py"}, "algorithm": {"name": "evaluate"}}))
+    out = _submit(dict(os.environ), str(job / "c.yaml"), "--address", "http://127.0.0.1:9")
+    assert out.returncode == 2 and "outside" in out.stderr and "p.py" in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+
+
 def test_auth_token_is_found_where_ray_looks(tmp_path, monkeypatch):
     from cluster.submit import auth_token
     from rsi.errors import ClusterError
@@ -296,3 +312,35 @@ def test_node_killed_mid_evaluation_loses_and_repeats_nothing(cluster, scenario,
     assert sorted(keys) == sorted(rollout_keys(base_dir)), "every rollout exactly once, none missing"
     assert comparable(decisions(run_dir)) == comparable(decisions(base_dir))
     assert len(_traces(run_dir)) == len(keys), "one trace per stored rollout"
+
+
+@pytest.mark.slow
+def test_a_users_problem_file_is_scored_on_the_worker_nodes(cluster, tmp_path):
+    """Bring your own problem on a cluster: the problem file sits only in the submitted
+    directory, the head has no CPUs, so every rollout is scored on another node."""
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "problem.py").write_text(
+        "import os, socket\n"
+        "def tasks(split):\n    return [{'id': f'{split}-{i}', 'x': i, 'private': {'y': 2 * i}} for i in range(3)]\n"
+        "def score(task, output):\n"
+        "    return {'score': float(output.get('y') == task['private']['y']), 'pid': os.getpid()}\n")
+    (tmp_path / "seed" / "main.py").write_text(
+        "import json, sys\n\n\n# rsi: evolve\ndef f(x):\n    return 2 * x\n\n\n"
+        "print(json.dumps({'y': f(json.load(sys.stdin)['x'])}))\n")
+    (tmp_path / "seed" / "components.yaml").write_text("- {name: program, glob: main.py}\n")
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump({
+        "name": "byop", "seed": 3, "storage": str(tmp_path / "runs"),
+        "target": {"path": "seed", "entry": "main.py", "deterministic": True},
+        "benchmark": {"problem": "problem.py"},
+        "algorithm": {"name": "darwinx", "worker": {"type": "mutator"}, "max_steps": 2, "screen_size": 2,
+                      "confirm_samples": 1}}))
+    run_dir = tmp_path / "runs" / "byop"
+    out = _submit(cluster.env, str(tmp_path / "p.yaml"), "--address", cluster.dashboard_url, "--run-dir", str(run_dir))
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    rows = pq.read_table(run_dir / "rollouts").to_pylist()
+    seed_rows = [r for r in rows if r["split"] == "train" and r["snapshot_id"] == decisions(run_dir)[0]["snapshot_id"]]
+    assert sorted((r["task_id"], r["status"], r["score"]) for r in seed_rows) == [
+        ("train-0", "ok", 1.0), ("train-1", "ok", 1.0), ("train-2", "ok", 1.0)]
+    nodes = {t["node_id"] for t in _traces(run_dir)}
+    assert nodes and cluster.head.node_id not in nodes, "rollouts were scored on the worker nodes"
+    assert all("pid" in dict(r["metrics"]) for r in rows if r["status"] == "ok")
