@@ -181,3 +181,49 @@ def test_meta_evolve_killed_mid_gate_resumes_to_identical_rounds(tmp_path, env):
     assert summary["rollouts"]["executed"] == len(keys) - stored_before
     report, base_report = (json.loads((d / "meta_report.json").read_text()) for d in (run_dir, base_dir))
     assert report["validation"] == base_report["validation"] and report["evolved"] == base_report["evolved"]
+
+
+def problem_scenario(root: Path) -> Path:
+    """A user's problem file, evolved by DarwinX with the offline mutator; each rollout sleeps a
+    little so a kill lands mid-run."""
+    import yaml
+
+    (root / "seed").mkdir()
+    (root / "problem.py").write_text(
+        "def tasks(split):\n"
+        "    n = {'train': 6, 'dev': 0, 'test': 2}[split]\n"
+        "    return [{'id': f'{split}-{i}', 'x': i, 'private': {'y': 3 * i + 1}} for i in range(n)]\n"
+        "def score(task, output):\n"
+        "    err = abs(output.get('y', 0) - task['private']['y'])\n"
+        "    return {'score': 1 / (1 + err), 'err': err}\n")
+    (root / "seed" / "main.py").write_text(
+        "import json, sys, time\n\n\n# rsi: evolve\ndef f(x):\n    return 1.0 * x + 0.0\n\n\n"
+        "task = json.load(sys.stdin)\ntime.sleep(0.2)\nprint(json.dumps({'y': f(task['x'])}))\n")
+    (root / "seed" / "components.yaml").write_text("- {name: program, glob: main.py}\n")
+    cfg = {"name": "byop", "seed": 11, "storage": str(root / "runs"),
+           "target": {"path": "seed", "entry": "main.py", "deterministic": True},
+           "benchmark": {"problem": "problem.py"},
+           "algorithm": {"name": "darwinx", "worker": {"type": "mutator", "max_ops": 2}, "max_steps": 6,
+                         "screen_size": 3, "confirm_samples": 1, "regression_tolerance": 0.5,
+                         "screen_regression_tolerance": 1.0, "merge_every": 0}}
+    path = root / "byop.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def test_a_problem_run_killed_mid_run_resumes_to_identical_decisions(tmp_path, env):
+    config = problem_scenario(tmp_path)
+    base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
+    Driver(env, tmp_path, "run", str(config), "--run-dir", str(base_dir)).finish()
+    expected = decisions(base_dir)
+    driver = Driver(env, tmp_path, "run", str(config), "--run-dir", str(run_dir))
+    driver.kill_at(run_dir, lambda k: k.count("screen") >= 2)
+    stored_before = len(rollout_keys(run_dir))
+    out = Driver(env, tmp_path, "resume", str(run_dir)).finish()
+    assert "stored rollouts reusable" in out
+    assert comparable(decisions(run_dir)) == comparable(expected)
+    keys = rollout_keys(run_dir)
+    assert len(keys) == len(set(keys)) and sorted(keys) == sorted(rollout_keys(base_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["rollouts"]["executed"] == len(keys) - stored_before
+    assert summary["metrics"] == json.loads((base_dir / "summary.json").read_text())["metrics"]
