@@ -23,9 +23,8 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from rsi.errors import WorkerError
-from rsi.snapshot import Snapshot, _scan
-
-REF_DIR = ".rsi_refs"
+from rsi.snapshot import Snapshot, scan_tree
+from rsi.workers.base import REF_DIR, EditResult
 
 
 @ray.remote(num_cpus=0, max_restarts=3, max_task_retries=3)
@@ -42,8 +41,7 @@ class WorkerActor:
         reply = self.worker.ask(prompt)
         return reply, dict(vars(self.worker.usage))
 
-    def edit(self, parent: Snapshot, prompt: str, references: dict[str, Snapshot] | None = None):
-        """-> (tree {path: (bytes, executable)}, reply, usage, worker state)."""
+    def edit(self, parent: Snapshot, prompt: str, references: dict[str, Snapshot] | None = None) -> EditResult:
         work = Path(tempfile.mkdtemp(prefix="rsi-edit-"))
         try:
             parent.materialize(work)
@@ -57,8 +55,7 @@ class WorkerActor:
             if rel_refs:
                 _writable(work / REF_DIR)
                 shutil.rmtree(work / REF_DIR, ignore_errors=True)
-            tree = _scan(work)
-            return tree, reply, dict(vars(self.worker.usage)), self.worker.get_state()
+            return EditResult(scan_tree(work), reply, dict(vars(self.worker.usage)), self.worker.get_state())
         finally:
             _writable(work)
             shutil.rmtree(work, ignore_errors=True)
@@ -85,7 +82,7 @@ class WorkerActor:
         work = self._session(session)
         del self.sessions[session]
         try:
-            return (_scan(work), self.worker.get_state()) if keep else None
+            return (scan_tree(work), self.worker.get_state()) if keep else None
         finally:
             _writable(work)
             shutil.rmtree(work, ignore_errors=True)
@@ -144,10 +141,10 @@ class WorkerPool:
     def __len__(self) -> int:
         return len(self.actors)
 
-    def edit(self, i: int, parent: Snapshot, prompt: str, references=None):
+    def edit(self, i: int, parent: Snapshot, prompt: str, references=None) -> EditResult:
         return ray.get(self.actors[i % len(self.actors)].edit.remote(parent, prompt, references))
 
-    def edit_many(self, jobs: list[tuple[Snapshot, str, dict | None]]):
+    def edit_many(self, jobs: list[tuple[Snapshot, str, dict | None]]) -> list[EditResult]:
         refs = [self.actors[i % len(self.actors)].edit.remote(*job) for i, job in enumerate(jobs)]
         return ray.get(refs)
 
@@ -182,13 +179,3 @@ class WorkerPool:
 
     def states(self) -> list[dict]:
         return ray.get([a.get_state.remote() for a in self.actors])
-
-
-def write_tree(tree: dict, dest: Path) -> Path:
-    """Lay an edited tree out on the driver for ``Snapshot.commit``."""
-    for rel, (data, executable) in tree.items():
-        p = dest / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        p.write_bytes(data)
-        p.chmod(0o755 if executable else 0o644)
-    return dest

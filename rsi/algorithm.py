@@ -109,11 +109,12 @@ class Algorithm:
         log(f"step {self.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}".rstrip())
         return record
 
-    def commit(self, parent: Snapshot, checkout: Path, ignore=(), **figures) -> Snapshot | None:
-        """The child snapshot, or None with a ``decline`` decision recorded (the run goes on)."""
+    def commit(self, parent: Snapshot, tree: dict, ignore=(), **figures) -> Snapshot | None:
+        """The child snapshot of an edited tree, or None with a ``decline`` decision recorded
+        (the run goes on)."""
         try:
-            child = parent.commit(checkout, self.ctx.config.run.target.evolve_scope,
-                                  secrets=self.ctx.secrets, ignore=ignore)
+            child = parent.commit_tree(tree, self.ctx.config.run.target.evolve_scope,
+                                       secrets=self.ctx.secrets, ignore=ignore)
         except Rejected as exc:
             self.decide("decline", None, parent.snapshot_id, accepted=False, reason=exc.reason,
                         detail=exc.detail, **figures)

@@ -77,6 +77,20 @@ def is_runtime_artifact(rel: str) -> bool:
     return any(p in RUNTIME_DIRS for p in parts) or rel.endswith(RUNTIME_SUFFIXES)
 
 
+def runtime_artifacts(paths: Iterable[str]) -> list[str]:
+    """What ``discard_runtime_files`` would remove from a tree with these file paths: each
+    outermost cache directory once, and stray ``*.pyc`` files."""
+    found = set()
+    for rel in paths:
+        parts = rel.split("/")
+        cut = next((i for i, part in enumerate(parts[:-1]) if part in RUNTIME_DIRS), None)
+        if cut is not None:
+            found.add("/".join(parts[: cut + 1]))
+        elif rel.endswith(RUNTIME_SUFFIXES):
+            found.add(rel)
+    return sorted(found)
+
+
 def discard_runtime_files(root: Path) -> list[str]:
     """Delete caches a run leaves behind (``__pycache__``, ``*.pyc``) so they never get committed."""
     removed = []
@@ -93,7 +107,7 @@ def discard_runtime_files(root: Path) -> list[str]:
     return sorted(removed)
 
 
-def _scan(root: Path, skip: Iterable[str] = ()) -> dict[str, tuple[bytes, bool]]:
+def scan_tree(root: Path, skip: Iterable[str] = ()) -> dict[str, tuple[bytes, bool]]:
     """Read a tree: rel path -> (bytes, executable). Symlinks must stay inside the tree."""
     root = root.resolve()
     skip = set(skip)
@@ -148,7 +162,7 @@ class Snapshot:
             raise ConfigError(f"target directory {root} does not exist")
         components = Components.load(root)
         try:
-            tree = _scan(root, skip=RUNTIME_DIRS)
+            tree = scan_tree(root, skip=RUNTIME_DIRS)
             tree = {p: v for p, v in tree.items() if not is_runtime_artifact(p)}
             files, blobs = cls._classify(tree, components, secrets)
         except Rejected as exc:
@@ -214,7 +228,21 @@ class Snapshot:
         """
         checkout = Path(checkout)
         discard_runtime_files(checkout)
-        tree = _scan(checkout, skip=ignore)
+        return self.commit_tree(scan_tree(checkout, skip=ignore), evolve_scope, secrets)
+
+    def commit_tree(
+        self,
+        tree: Mapping[str, tuple[bytes, bool]],
+        evolve_scope: Iterable[str] | str | None = "*",
+        secrets: Iterable[str] = (),
+        ignore: Iterable[str] = (),
+    ) -> "Snapshot":
+        """``commit`` of an edited tree held in memory (``{path: (bytes, executable)}``, as a
+        worker returns it): no round trip through a directory. Runtime artifacts and the
+        top-level ``ignore`` folders are dropped first."""
+        ignore = tuple(ignore)
+        tree = {p: v for p, v in tree.items()
+                if not is_runtime_artifact(p) and p.split("/", 1)[0] not in ignore}
         if COMPONENTS_FILE in self.files and tree.get(COMPONENTS_FILE, (None,))[0] != self.read(COMPONENTS_FILE):
             raise Rejected("out_of_scope", f"{COMPONENTS_FILE} is not editable")
         files, blobs = self._classify(tree, self.components, secrets)

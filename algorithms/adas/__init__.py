@@ -35,10 +35,7 @@ Differences from upstream:
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
-from actors.worker_pool import write_tree
 from algorithms.adas import _prompts
 from algorithms.adas.params import ADASParams
 from rsi.algorithm import Algorithm
@@ -127,8 +124,7 @@ class ADAS(Algorithm):
         return tagged(reply, "DESIGN") if reply.strip() else previous
 
     def commit_design(self, parent: Snapshot, tree: dict, account: str) -> Snapshot | None:
-        with tempfile.TemporaryDirectory(prefix="rsi-adas-") as tmp:
-            child = self.commit(parent, write_tree(tree, Path(tmp)), account=account)
+        child = self.commit(parent, tree, account=account)
         if child is None:
             last = self.ctx.records.decisions()[-1]
             self.declined_designs.append({"step": self.step, "parent_id": parent.snapshot_id,

@@ -42,10 +42,7 @@ implementation and has not been independently verified. This is a port of the pa
 from __future__ import annotations
 
 import json
-import tempfile
-from pathlib import Path
 
-from actors.worker_pool import write_tree
 from algorithms.ahe import _prompts
 from algorithms.ahe.manifest import ManifestError, flips, parse_manifest, passes, unattributed_regressions, verdict
 from algorithms.ahe.params import AHEParams
@@ -53,7 +50,7 @@ from rsi.algorithm import Algorithm
 from rsi.errors import ConfigError
 from rsi.prompting import component_table, evidence, render
 from rsi.results import ScoreMatrix
-from rsi.snapshot import Snapshot, discard_runtime_files
+from rsi.snapshot import Snapshot, runtime_artifacts
 
 DECLINED_SHOWN = 4
 
@@ -120,8 +117,9 @@ class AHE(Algorithm):
         else:
             diagnosis = self.debug(parent)
             self.diagnosis = (parent.snapshot_id, diagnosis)
-        tree, reply, _usage, _state = self.ctx.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
-        child, discarded = self.commit_edit(parent, tree)
+        edited = self.ctx.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
+        reply = edited.reply
+        child, discarded = self.commit_edit(parent, edited.tree)
         if child is None:
             return
         changed = parent.changed_paths(child)
@@ -209,10 +207,8 @@ class AHE(Algorithm):
     # ---- pieces --------------------------------------------------------------------------
     def commit_edit(self, parent: Snapshot, tree: dict) -> tuple[Snapshot | None, list[str]]:
         """Discard runtime artifacts, then commit; a rejection is a recorded decline."""
-        with tempfile.TemporaryDirectory(prefix="rsi-ahe-") as tmp:
-            checkout = write_tree(tree, Path(tmp))
-            discarded = discard_runtime_files(checkout)
-            child = self.commit(parent, checkout, discarded_runtime_files=discarded)
+        discarded = runtime_artifacts(tree)
+        child = self.commit(parent, tree, discarded_runtime_files=discarded)
         if child is None:
             last = self.ctx.records.decisions()[-1]
             self.declined_edits.append({"step": self.step, "reason": last["reason"], "detail": last.get("detail", "")})

@@ -20,11 +20,8 @@ a paired uncertainty figure (sign test, bootstrap interval).
 from __future__ import annotations
 
 import random
-import tempfile
 from dataclasses import dataclass
-from pathlib import Path
 
-from actors.worker_pool import REF_DIR, write_tree
 from algorithms.darwinx import _prompts
 from algorithms.darwinx.archive import Candidate, common_ancestor
 from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, solved_set
@@ -35,6 +32,7 @@ from rsi.errors import ConfigError
 from rsi.records import dumps
 from rsi.results import Request, ScoreMatrix
 from rsi.snapshot import Snapshot
+from rsi.workers.base import REF_DIR
 
 
 @dataclass
@@ -125,8 +123,9 @@ class DarwinX(Algorithm):
             proposals.append(prop)
         results = self.ctx.workers.edit_many(jobs)
         known = {c.snapshot_id for c in self.archive}
-        for prop, (tree, reply, _usage, _state) in zip(proposals, results):
-            child = self._commit(prop, tree, reply, known)
+        for prop, edited in zip(proposals, results):
+            reply = edited.reply
+            child = self._commit(prop, edited.tree, reply, known)
             if child is not None:
                 known.add(child.snapshot_id)
                 prop.candidate = Candidate(len(self.archive) + len([p for p in proposals if p.candidate]),
@@ -235,14 +234,12 @@ class DarwinX(Algorithm):
         return None
 
     def _commit(self, prop: Proposal, tree: dict, reply: str, known: set[str]) -> Snapshot | None:
-        with tempfile.TemporaryDirectory(prefix="rsi-commit-") as tmp:
-            checkout = write_tree(tree, Path(tmp))
-            saved, self.step = self.step, prop.step
-            try:
-                child = self.commit(prop.parent.snapshot, checkout, ignore=(REF_DIR,), kind_of_edit=prop.kind,
-                                    donor_id=prop.donor.snapshot_id if prop.donor else None)
-            finally:
-                self.step = saved
+        saved, self.step = self.step, prop.step
+        try:
+            child = self.commit(prop.parent.snapshot, tree, ignore=(REF_DIR,), kind_of_edit=prop.kind,
+                                donor_id=prop.donor.snapshot_id if prop.donor else None)
+        finally:
+            self.step = saved
         if child is None:
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id,
                                   "reason": self._last_decline_reason(), "reply": reply[-2000:]})

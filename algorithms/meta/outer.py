@@ -227,9 +227,9 @@ class MetaEvolve(Algorithm):
             self.repeats += 1
             return None
         self.seen.add(text)
-        with self.incumbent.check_out() as checkout:
-            (checkout / self.entry).write_text(text)
-            child = self.commit(self.incumbent, checkout, round=self.round)
+        tree = {path: (self.incumbent.read(path), entry.executable) for path, entry in self.incumbent.files.items()}
+        tree[self.entry] = (text.encode(), self.incumbent.files[self.entry].executable)
+        child = self.commit(self.incumbent, tree, round=self.round)
         return Candidate(text, child) if child is not None else None
 
     # ---- gates ---------------------------------------------------------------------------------

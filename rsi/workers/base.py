@@ -28,10 +28,20 @@ class Usage:
         self.cost_usd += other.cost_usd
 
 
-@dataclass
-class EditReply:
+#: Where read-only copies of reference versions (recombination's ancestor and donor) lie in a
+#: checkout while a worker edits it; never part of a commit.
+REF_DIR = ".rsi_refs"
+
+
+@dataclass(frozen=True)
+class EditResult:
+    """One edit: the edited tree ``{path: (bytes, executable)}`` (reference folders removed),
+    the worker's reply, its usage so far and its state (for resume)."""
+
+    tree: dict[str, tuple[bytes, bool]]
     reply: str
-    usage: Usage = field(default_factory=Usage)
+    usage: dict = field(default_factory=dict)
+    state: dict = field(default_factory=dict)
 
 
 class Worker(ABC):
