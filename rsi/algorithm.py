@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rsi.benchmark import Benchmark
 from rsi.errors import ConfigError, Rejected, SeedFailed
 from rsi.progress import log
+from rsi.prompting import evidence
 from rsi.records import RunRecords
 from rsi.snapshot import Snapshot
 
@@ -123,11 +124,8 @@ class Algorithm:
         return child
 
     def evidence(self, text: str, max_chars: int) -> str:
-        """Keep the tail (the newest evidence); mark the cut."""
-        if len(text) <= max_chars:
-            return text
-        cut = len(text) - max_chars
-        return f"[... {cut} earlier characters cut ...]\n" + text[cut:]
+        """``rsi.prompting.evidence``: the newest evidence kept, the cut marked."""
+        return evidence(text, max_chars)
 
     def record_prompt(self, role: str, text: str) -> str:
         """Keep what a worker was shown beside the decisions, ``prompts/<step>-<role>.md``, so a

@@ -13,34 +13,61 @@ from rsi.components import Components
 MIN_EVIDENCE_CHARS = 80
 
 
-def cut_marker(n: int) -> str:
-    return f"[... {n} earlier characters cut ...]"
+def cut_marker(n: int, later: bool = False) -> str:
+    return f"[... {n} {'more' if later else 'earlier'} characters cut ...]"
 
 
-def evidence(text_or_blocks: str | Iterable[str], max_chars: int) -> str:
-    """Keep the tail within ``max_chars`` and say how much was cut.
+def evidence(text_or_blocks: str | Iterable[str], max_chars: int, keep: str = "newest", sep: str = "\n\n") -> str:
+    """The one way evidence is fitted into a prompt: whole blocks within ``max_chars``, the cut
+    marked, the result never longer than ``max_chars``.
 
-    The tail wins because the latest rollouts, errors and verdicts are what a worker acts on.
-    Blocks are joined with blank lines and dropped whole from the front; when not even the
-    newest block fits, it is cut inside. The result never exceeds ``max_chars``.
+    ``keep="newest"`` keeps the tail, dropping blocks from the front: the latest rollouts,
+    errors and verdicts are what a worker acts on. ``keep="first"`` keeps blocks from the front
+    (evidence already ordered by importance, e.g. failures first, or newest first) and marks
+    what was cut at the end. Either way, when not even one block fits, that block's tail is kept.
     """
     if max_chars < MIN_EVIDENCE_CHARS:
         raise ValueError(f"max_chars must be at least {MIN_EVIDENCE_CHARS} (room for the cut marker)")
+    if keep not in ("newest", "first"):
+        raise ValueError(f"keep must be 'newest' or 'first', not {keep!r}")
     blocks = [text_or_blocks] if isinstance(text_or_blocks, str) else [str(b) for b in text_or_blocks]
-    text = "\n\n".join(blocks)
+    text = sep.join(blocks)
     if len(text) <= max_chars:
         return text
     # The marker reporting the whole length is the widest one we can need.
     room = max_chars - len(cut_marker(len(text))) - 1
     kept: list[str] = []
     size = 0
-    for block in reversed(blocks):
-        size += len(block) + (2 if kept else 0)
+    for block in (blocks if keep == "first" else reversed(blocks)):
+        size += len(block) + (len(sep) if kept else 0)
         if size > room:
             break
         kept.append(block)
-    tail = "\n\n".join(reversed(kept)) if kept else text[len(text) - room:]
+    if not kept:
+        tail = text[len(text) - room:]
+        return cut_marker(len(text) - len(tail)) + "\n" + tail
+    if keep == "first":
+        head = sep.join(kept)
+        return head + "\n" + cut_marker(len(text) - len(head), later=True)
+    tail = sep.join(reversed(kept))
     return cut_marker(len(text) - len(tail)) + "\n" + tail
+
+
+def split_budget(sizes: dict[str, int], budget: int) -> dict[str, int]:
+    """One prompt's evidence budget split among its sections: those smaller than an equal share
+    stay whole, and what they leave is shared equally by the rest."""
+    out, left = {}, budget
+    todo = sorted(sizes, key=sizes.get)
+    while todo:
+        share = left // len(todo)
+        if sizes[todo[0]] <= share:
+            name = todo.pop(0)
+            out[name] = sizes[name]
+            left -= sizes[name]
+        else:
+            out.update({name: share for name in todo})
+            break
+    return out
 
 
 def component_table(components: Components) -> str:

@@ -59,3 +59,25 @@ def test_render_is_strict():
         render("{a}", a=1, unused=2)
     with pytest.raises(ValueError):
         render("{a.attr}", a=1)
+
+
+def test_evidence_keep_first_keeps_whole_leading_blocks_and_marks_the_rest():
+    from rsi.prompting import evidence
+
+    blocks = [f"block-{i}:" + "x" * 40 for i in range(10)]  # 48 characters each
+    out = evidence(blocks, 200, keep="first", sep="\n")
+    assert len(out) <= 200
+    kept = out.split("\n")[:-1]
+    assert kept == blocks[: len(kept)] and len(kept) == 3
+    cut = len("\n".join(blocks)) - len("\n".join(kept))
+    assert out.endswith(f"[... {cut} more characters cut ...]")
+    assert evidence(blocks[:2], 200, keep="first", sep="\n") == "\n".join(blocks[:2])
+    with pytest.raises(ValueError, match="keep"):
+        evidence(blocks, 200, keep="oldest")
+
+
+def test_split_budget_keeps_small_sections_whole():
+    from rsi.prompting import split_budget
+
+    assert split_budget({"a": 10, "b": 500, "c": 700}, 610) == {"a": 10, "b": 300, "c": 300}
+    assert split_budget({"a": 10, "b": 20}, 100) == {"a": 10, "b": 20}

@@ -48,7 +48,7 @@ from algorithms.ahe.manifest import ManifestError, flips, parse_manifest, passes
 from algorithms.ahe.params import AHEParams
 from rsi.algorithm import Algorithm
 from rsi.errors import ConfigError
-from rsi.prompting import component_table, evidence, render
+from rsi.prompting import MIN_EVIDENCE_CHARS, component_table, evidence, render, split_budget
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot, runtime_artifacts
 
@@ -154,10 +154,11 @@ class AHE(Algorithm):
         reports = {t: reply for t, (reply, _usage) in zip(tasks, self.ctx.workers.ask_many(prompts))}
         blocks = [f"### {t} ({self.means[t]:.3f}, {self.status[t]})\n{reports[t]}" for t in tasks]
         score_lines = self.score_lines()
-        part = shares({"scores": len("\n".join(score_lines)), "reports": len("\n\n".join(blocks))},
-                      self.p.max_evidence_chars)
+        part = split_budget({"scores": len("\n".join(score_lines)), "reports": len("\n\n".join(blocks))},
+                            self.p.max_evidence_chars)
         text = render(_prompts.SYNTHESIZE, version=version.snapshot_id,
-                      scores=leading(score_lines, part["scores"], "\n"), reports=leading(blocks, part["reports"]))
+                      scores=evidence(score_lines, max(part["scores"], MIN_EVIDENCE_CHARS), keep="first", sep="\n"),
+                      reports=evidence(blocks, max(part["reports"], MIN_EVIDENCE_CHARS), keep="first"))
         self.record_prompt("synthesis", text)
         synthesis, _usage = self.ctx.workers.ask(0, text)
         return {"synthesis": synthesis, "reports": blocks}
@@ -188,8 +189,9 @@ class AHE(Algorithm):
             "declined": ([json.dumps(d) for d in self.declined_edits[-DECLINED_SHOWN:]] or [_prompts.NO_DECLINED],
                          "\n"),
         }
-        part = shares({k: len(sep.join(b)) for k, (b, sep) in sections.items()}, self.p.max_evidence_chars)
-        fit = {k: leading(b, part[k], sep) for k, (b, sep) in sections.items()}
+        part = split_budget({k: len(sep.join(b)) for k, (b, sep) in sections.items()}, self.p.max_evidence_chars)
+        fit = {k: evidence(b, max(part[k], MIN_EVIDENCE_CHARS), keep="first", sep=sep)
+               for k, (b, sep) in sections.items()}
         if "synthesis" in diagnosis:
             shown = render(_prompts.WITH_DEBUGGER, synthesis=fit["synthesis"], reports=fit["diagnosis"])
         else:
@@ -263,36 +265,3 @@ class AHE(Algorithm):
         self.lineage = state["archive"]
 
 
-def shares(sizes: dict[str, int], budget: int) -> dict[str, int]:
-    """One prompt's evidence budget split among its sections: those smaller than an equal share
-    stay whole, and what they leave is shared equally by the rest."""
-    out, left = {}, budget
-    todo = sorted(sizes, key=sizes.get)
-    while todo:
-        share = left // len(todo)
-        if sizes[todo[0]] <= share:
-            name = todo.pop(0)
-            out[name] = sizes[name]
-            left -= sizes[name]
-        else:
-            out.update({name: share for name in todo})
-            break
-    return out
-
-
-def leading(blocks: list[str], max_chars: int, sep: str = "\n\n") -> str:
-    """Whole blocks from the front (failures come first) within ``max_chars``; the cut marked.
-    A single block too long for the budget keeps its tail (``rsi.prompting.evidence``)."""
-    text = sep.join(blocks)
-    if len(text) <= max_chars:
-        return text
-    if len(blocks) == 1:
-        return evidence(text, max_chars)
-    kept, size = [], 0
-    for block in blocks:
-        marker = f"[... {len(blocks) - len(kept)} more cut to fit {max_chars} characters ...]"
-        if size + len(block) + len(sep) + len(marker) > max_chars:
-            break
-        kept.append(block)
-        size += len(block) + len(sep)
-    return sep.join(kept + [f"[... {len(blocks) - len(kept)} more cut to fit {max_chars} characters ...]"])

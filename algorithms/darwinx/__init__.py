@@ -30,6 +30,7 @@ from algorithms.slots import ExploreOrBestLineage, resolve_slot
 from rsi.algorithm import Algorithm
 from rsi.errors import ConfigError
 from rsi.records import dumps
+from rsi.prompting import evidence, render
 from rsi.results import Request, ScoreMatrix
 from rsi.snapshot import Snapshot
 from rsi.workers.base import REF_DIR
@@ -253,7 +254,7 @@ class DarwinX(Algorithm):
 
     def _archive(self, p: Proposal, improved: list, regressed: list, lost: list | None = None) -> None:
         c = p.candidate
-        prompt = _prompts.DISTIL.substitute(
+        prompt = render(_prompts.DISTIL,
             reply=c.reply[-2000:] or "(none)", level=c.level, admitted=c.admitted, gain=_fmt(c.gain),
             regression=_fmt(c.regression_mass), lost=lost or "none", improved=improved or "none",
             regressed=regressed or "none")
@@ -291,7 +292,7 @@ class DarwinX(Algorithm):
     def _mutate_prompt(self, parent: Candidate) -> str:
         budget = self.p.max_evidence_chars
         comps = self.ctx.seed_snapshot.components
-        return _prompts.MUTATE.substitute(
+        return render(_prompts.MUTATE,
             parent_id=parent.snapshot_id, confirm_samples=self.p.confirm_samples,
             regression_tolerance=self.p.regression_tolerance, solved_threshold=self.p.solved_threshold,
             invariant=sorted(parent.invariant) or "none yet", scope=self.ctx.config.run.target.evolve_scope,
@@ -300,7 +301,7 @@ class DarwinX(Algorithm):
             learnings=_newest_first([f"- [{c.snapshot_id}] {c.learning}" for c in self.archive if c.learning], budget))
 
     def _recombine_prompt(self, main: Candidate, donor: Candidate, ancestor: Candidate) -> str:
-        return _prompts.RECOMBINE.substitute(
+        return render(_prompts.RECOMBINE,
             main_id=main.snapshot_id, ancestor_path=f"{REF_DIR}/ancestor", ancestor_id=ancestor.snapshot_id,
             donor_path=f"{REF_DIR}/donor", donor_id=donor.snapshot_id,
             donor_only=sorted(donor.solved - main.solved) or "none",
@@ -348,13 +349,4 @@ def _archive_line(c: Candidate) -> str:
 
 def _newest_first(items: list[str], budget: int) -> str:
     """Newest (last) first; whole entries until the budget, then a marked cut."""
-    out, used = [], 0
-    items = list(reversed(items))
-    for i, item in enumerate(items):
-        if used + len(item) > budget:
-            out.append(f"[... {len(items) - i} older entries cut to fit {budget} characters ...]")
-            break
-        out.append(item)
-        used += len(item) + 1
-    return "\n".join(out) or "(empty)"
-
+    return evidence(list(reversed(items)), budget, keep="first", sep="\n") if items else "(empty)"
