@@ -215,6 +215,43 @@ def slot(name: str) -> Slot:
     return SLOTS[name]
 
 
+#: Built-in rules by the name a config gives them: ``{rule: NAME, PARAM: VALUE, ...}``.
+RULES: dict[str, dict[str, type]] = {
+    "parent_selection": {"explore_or_best_lineage": ExploreOrBestLineage},
+    "screen_sampling": {"uniform": UniformScreen},
+    "acceptance": {"preserve_and_extend": PreserveAndExtend},
+    "merge_pairing": {"union": UnionPairing},
+    "promotion": {"highest_train_mean": HighestTrainMean},
+}
+
+
+def build_rule(name: str, spec: dict) -> Any:
+    """The policy a config names for slot ``name``: ``{rule: NAME, **params}`` -> an instance of
+    that built-in rule. Unknown slots, rules and parameters raise ConfigError naming the valid
+    ones (checked by ``rsi validate``, before anything starts)."""
+    import dataclasses
+
+    slot(name)
+    rules = RULES.get(name, {})
+    if not isinstance(spec, dict) or "rule" not in spec:
+        raise ConfigError(f"policy for {name}: give {{rule: NAME, ...parameters}}; rules: {', '.join(rules)}")
+    params = {k: v for k, v in spec.items() if k != "rule"}
+    cls = rules.get(spec["rule"])
+    if cls is None:
+        raise ConfigError(f"policy for {name}: unknown rule {spec['rule']!r}; valid: {', '.join(rules) or 'none'}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params) - fields)
+    if unknown:
+        raise ConfigError(f"policy {name}.{spec['rule']}: unknown parameter {unknown[0]!r}; "
+                          f"valid: {', '.join(sorted(fields)) or 'none'}")
+    policy = cls(**params)
+    for f in dataclasses.fields(cls):  # the rules' numeric parameters are probabilities
+        value = getattr(policy, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 1:
+            raise ConfigError(f"policy {name}.{spec['rule']}: {f.name} must be a number in [0, 1], got {value!r}")
+    return policy
+
+
 def resolve_slot(name: str, value: Any = None) -> Any:
     """The policy object for ``name``: ``value`` itself after a structural check, or the default."""
     spec = slot(name)

@@ -26,7 +26,7 @@ from algorithms.darwinx import _prompts
 from algorithms.darwinx.archive import Candidate, common_ancestor
 from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, solved_set
 from algorithms.darwinx.params import DarwinXParams
-from algorithms.slots import ExploreOrBestLineage, resolve_slot
+from algorithms.slots import ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm
 from rsi.errors import ConfigError
 from rsi.records import dumps
@@ -57,11 +57,11 @@ class DarwinX(Algorithm):
         if params is not None and params.screen_size > n:
             raise ConfigError(f"algorithm.screen_size ({params.screen_size}) is larger than the train split ({n} tasks)")
 
-    def __init__(self, ctx, params: DarwinXParams, policies: dict | None = None):
+    def __init__(self, ctx, params: DarwinXParams):
         super().__init__(ctx, params)
         self.p = params
         self.rng = random.Random(params.seed)  # the spec's own seed; saved by the base state
-        policies = policies or {}
+        policies = {name: build_rule(name, spec) for name, spec in params.policies.items()}
         self.parent_selection = resolve_slot(
             "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability))
         self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))

@@ -22,6 +22,26 @@ class DarwinXParams(AlgorithmParams):
     parallel_candidates: int = Field(
         1, ge=1, le=64, description="proposals per round, measured concurrently, decided in candidate order"
     )
+    policies: dict[str, dict] = Field(
+        default_factory=dict,
+        description="decision slots by built-in rule: {parent_selection|screen_sampling|acceptance|merge_pairing|"
+        "promotion: {rule: NAME, PARAM: VALUE}}; unset slots keep the paper's rule "
+        "(parent_selection then uses exploration_probability)")
+
+    @model_validator(mode="after")
+    def _policies(self):
+        from algorithms.slots import build_rule
+
+        from rsi.errors import ConfigError
+
+        for name, spec in self.policies.items():
+            if name == "node_selection":
+                raise ValueError("node_selection is meta-evolve's inner-search slot, not a DarwinX decision")
+            try:
+                build_rule(name, spec)
+            except ConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return self
 
     @model_validator(mode="after")
     def _samples(self):

@@ -1,0 +1,52 @@
+"""DarwinX's decision slots are reachable from config: built-in rules by name with parameters,
+checked by ``rsi validate``, and used by the run."""
+
+from __future__ import annotations
+
+import pytest
+
+from _runs import of, run
+from rsi.cli import main
+from test_darwinx import SPLITS, scenario, version
+
+TABLE = {"splits": SPLITS, "scores": {
+    "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+    "v1": {"t1": 0.5, "t2": 0.2, "t3": 0.2, "x1": 0.4},
+    "v2": {"t1": 0.0, "t2": 0.9, "t3": 0.9},
+    "v3": {"t1": 0.5, "t2": 0.6, "t3": 0.2, "x1": 0.8}}}
+EDITS = [version("v1"), version("v3"), version("v2"), version("v0")]
+
+
+def parents(tmp_path, algorithm):
+    decisions, _, records = run(scenario(tmp_path, TABLE, EDITS, {"max_steps": 4, "merge_every": 0, **algorithm}))
+    names = {d["snapshot_id"]: records.get_snapshot(d["snapshot_id"]).text("VERSION").strip()
+             for d in decisions if d["kind"] in ("seed", "screen")}
+    return [names[d["parent_id"]] for d in of(decisions, "screen")]
+
+
+def test_a_configured_parent_rule_is_the_one_the_run_uses(tmp_path, ray_session):
+    # Always exploit: after v1 (+0.3) and v3 (+0.7 over the seed, built on v1) are admitted,
+    # every later parent is the best lineage. Always explore with the same seed draws differently.
+    exploit = parents(tmp_path / "a", {"policies": {
+        "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 0.0}}})
+    assert exploit == ["v0", "v1", "v3"]
+    via_param = parents(tmp_path / "b", {"exploration_probability": 0.0})
+    assert via_param == exploit, "the rule by name equals the paper's rule with the same parameter"
+    explore = parents(tmp_path / "c", {"exploration_probability": 0.0, "policies": {
+        "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 1.0}}})
+    assert explore != exploit, "the configured policy overrides exploration_probability"
+
+
+@pytest.mark.parametrize("policies, needle", [
+    ("{parent_selection: {rule: nope}}", "unknown rule 'nope'; valid: explore_or_best_lineage"),
+    ("{acceptance: {rule: preserve_and_extend, strict: 1}}", "unknown parameter 'strict'"),
+    ("{parent_selection: {rule: explore_or_best_lineage, exploration_probability: 1.5}}", "in [0, 1]"),
+    ("{records: {rule: x}}", "'records' is machine-level and not evolvable"),
+    ("{node_selection: {rule: x}}", "inner-search slot"),
+    ("{promotion: highest_train_mean}", "algorithm.policies.promotion: Input should be a valid dictionary"),
+])
+def test_bad_policies_exit_2_at_validate(tmp_path, capsys, policies, needle):
+    config = scenario(tmp_path, TABLE, EDITS, {"max_steps": 1})
+    assert main(["validate", str(config), "--algorithm.policies", policies]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
