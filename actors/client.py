@@ -8,6 +8,7 @@ caller sees them, so a decision never rests on a measurement that is not on stor
 from __future__ import annotations
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
@@ -23,6 +24,9 @@ class EvaluatorClient:
         self.actor = actor
         self.records = records
         self._seq = 0
+        #: Model spend of the rollouts this client ran (agent targets, counted at their model
+        #: proxy): part of the run's budget beside the workers' own spend.
+        self.rollout_usage = {"rollout_tokens_in": 0, "rollout_tokens_out": 0, "rollout_cost_usd": 0.0}
 
     @classmethod
     def start(cls, run_id: str, target, config, run_seed: int, deterministic: bool, records: RunRecords | None,
@@ -65,6 +69,11 @@ class EvaluatorClient:
         file and one Parquet file per call (a gate round's five measurements are one file,
         not five ~4 KB footers), written before any caller sees a row."""
         tables = [table for table, _, _ in results]
+        for _, fresh, _ in results:
+            if fresh.num_rows:
+                self.rollout_usage["rollout_tokens_in"] += int(pc.sum(fresh["tokens_in"]).as_py() or 0)
+                self.rollout_usage["rollout_tokens_out"] += int(pc.sum(fresh["tokens_out"]).as_py() or 0)
+                self.rollout_usage["rollout_cost_usd"] += float(pc.sum(fresh["cost_usd"]).as_py() or 0.0)
         if self.records is None or not any(fresh.num_rows for _, fresh, _ in results):
             return tables
         self._seq += 1

@@ -147,8 +147,10 @@ class Algorithm:
         return None
 
     def usage(self) -> dict:
-        """Model usage of the whole run, across resumes."""
-        now = self.ctx.workers.usage() if self.ctx.workers is not None else {}
+        """Model usage of the whole run, across resumes: the workers' calls, and (``rollout_*``)
+        what agent targets spent through their model proxies in this run's rollouts."""
+        now = dict(self.ctx.workers.usage()) if self.ctx.workers is not None else {}
+        now.update(getattr(self.ctx.evaluator, "rollout_usage", {}))
         base = getattr(self, "_usage_base", {})
         keys = set(now) | set(base)
         return {k: base.get(k, 0) + now.get(k, 0) for k in keys}
@@ -159,8 +161,9 @@ class Algorithm:
         if budget.max_cost_usd is None and budget.max_calls is None:
             return None
         used = self.usage()
-        if budget.max_cost_usd is not None and used.get("cost_usd", 0.0) >= budget.max_cost_usd:
-            return f"budget: model spend ${used['cost_usd']:.4f} reached max_cost_usd {budget.max_cost_usd}"
+        spent = used.get("cost_usd", 0.0) + used.get("rollout_cost_usd", 0.0)
+        if budget.max_cost_usd is not None and spent >= budget.max_cost_usd:
+            return f"budget: model spend ${spent:.4f} reached max_cost_usd {budget.max_cost_usd}"
         if budget.max_calls is not None and used.get("calls", 0) >= budget.max_calls:
             return f"budget: {used['calls']} model calls reached max_calls {budget.max_calls}"
         return None

@@ -84,7 +84,8 @@ class EvaluatorConfig(Strict):
 
 
 class BudgetConfig(Strict):
-    max_cost_usd: float | None = Field(None, gt=0, description="stop new proposals at this model spend")
+    max_cost_usd: float | None = Field(None, gt=0, description="stop new proposals at this model spend: the "
+                                       "workers' calls plus agent rollouts' calls through their model proxy")
     max_calls: int | None = Field(None, ge=1, description="stop new proposals after this many model calls")
 
 

@@ -144,8 +144,13 @@ class ProgramTarget(Target):
                          stdout_tail=out.stdout_tail)
             return RolloutResult(0.0, "error", out.duration_s + (time.perf_counter() - t0), trace)
         primary = min(max(primary, 0.0), 1.0)
+        # What a candidate says it spent is its own report, kept in the trace. A jailed program
+        # has no network, so the spend of a rollout (the row's tokens and cost, which the run's
+        # budget counts) is only ever what a model proxy measured (MiniAgentTarget).
+        trace["reported_usage"] = {"tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out,
+                                   "cost_usd": usage.cost_usd}
         return RolloutResult(primary, "ok", out.duration_s + (time.perf_counter() - t0), trace,
-                             usage.tokens_in, usage.tokens_out, usage.cost_usd, dict(score.metrics))
+                             metrics=dict(score.metrics))
 
 
 class MiniAgentTarget(ProgramTarget):

@@ -133,10 +133,11 @@ def test_non_finite_usage_never_reaches_the_target(checkout):
     assert result.trace["reason"] == "stdout: non-finite number NaN in JSON"
 
 
-def test_valid_usage_is_counted(checkout):
+def test_valid_usage_is_kept_as_the_candidates_report_never_as_spend(checkout):
     result = rollout(checkout, '{"answer": 0.5, "usage": {"tokens_in": 12, "tokens_out": 3.0, "cost_usd": 0.25}}')
     assert (result.status, result.score, result.tokens_in, result.tokens_out, result.cost_usd) == \
-        ("ok", 0.5, 12, 3, 0.25)
+        ("ok", 0.5, 0, 0, 0.0), "a jailed program has no network: only a model proxy measures spend"
+    assert result.trace["reported_usage"] == {"tokens_in": 12, "tokens_out": 3, "cost_usd": 0.25}
     assert result.trace["reason"] == ""
 
 
