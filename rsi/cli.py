@@ -1,4 +1,4 @@
-"""``rsi``: validate, run, resume, new, eval, show, export, submit.
+"""``rsi``: validate, run, resume, new, eval, show, report, ls, compare, export, submit.
 
 A user's mistake is one line on stderr and exit code 2; nothing is started before the input
 is known to be good.
@@ -67,7 +67,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("show", help="summary and decisions of a run")
     s.add_argument("run_dir")
+    sv = s.add_mutually_exclusive_group()
+    sv.add_argument("--diff", metavar="SNAPSHOT", help="the unified diff of a snapshot (id or unique prefix) "
+                                                       "against its parent")
+    sv.add_argument("--lineage", action="store_true", help="the lineage of every candidate as a text tree")
     s.set_defaults(func=cmd_show)
+
+    rp = sub.add_parser("report", help="one self-contained HTML report of a run (figures also as PNGs beside it)")
+    rp.add_argument("run_dir")
+    rp.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
+    rp.add_argument("--tensorboard", metavar="DIR", help="also write the decisions' figures as TensorBoard "
+                                                         "scalars under DIR/<run name>/")
+    rp.set_defaults(func=cmd_report)
+
+    ls = sub.add_parser("ls", help="list the runs in a storage directory")
+    ls.add_argument("storage", nargs="?", default="runs", help="local path or pyarrow.fs URI (default ./runs)")
+    ls.add_argument("--active-s", type=float, default=600.0,
+                    help="an unfinished run written to within this many seconds is listed as running (default 600)")
+    ls.add_argument("--json", action="store_true", help="the rows as JSON")
+    ls.set_defaults(func=cmd_ls)
+
+    cp = sub.add_parser("compare", help="side-by-side results of runs, and their curves in one plot")
+    cp.add_argument("run_dirs", nargs="+")
+    cp.add_argument("--plot", default="compare.png", help="where to write the curve plot (default compare.png)")
+    cp.set_defaults(func=cmd_compare)
 
     x = sub.add_parser("export", help="write a snapshot's files to a directory")
     x.add_argument("run_dir")
@@ -153,9 +176,52 @@ def cmd_eval(args, extra) -> int:
 
 def cmd_show(args, extra) -> int:
     _no_extra(extra)
+    if args.diff or args.lineage:
+        from rsi.reporting.data import RunView
+        from rsi.reporting.text import lineage_text, snapshot_diff
+
+        view = RunView(args.run_dir)
+        sys.stdout.write(snapshot_diff(view, view.resolve_snapshot(args.diff)) if args.diff else lineage_text(view))
+        return 0
     from rsi.report import show_run
 
     show_run(args.run_dir)
+    return 0
+
+
+def cmd_report(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.reporting.html import build_report
+
+    result = build_report(args.run_dir, args.out)
+    print(f"report: {result['html']} ({result['status']} run; figures: {', '.join(result['figures'].values()) or 'none'})")
+    for note in result["notes"]:
+        print(f"note: {note}", file=sys.stderr)
+    if args.tensorboard:
+        from rsi.reporting.tensorboard import export_run
+
+        path, n = export_run(args.run_dir, args.tensorboard)
+        print(f"tensorboard: {n} scalars in {path} (tensorboard --logdir {args.tensorboard})")
+    return 0
+
+
+def cmd_ls(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.runs import format_ls, list_runs, ls_json
+
+    rows = list_runs(args.storage, active_s=args.active_s)
+    sys.stdout.write(ls_json(rows) + "\n" if args.json else format_ls(rows))
+    return 0
+
+
+def cmd_compare(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.runs import compare
+
+    text, plot = compare(args.run_dirs, args.plot)
+    sys.stdout.write(text)
+    if plot:
+        print(f"curves: {plot}")
     return 0
 
 
