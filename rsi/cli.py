@@ -37,6 +37,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rsi", description="Ray-based parallel search for recursive self-improvement")
     sub = p.add_subparsers(dest="command")
 
+    pa = sub.add_parser("params", help="an algorithm's parameters: type, default, description")
+    pa.add_argument("algorithm", help="a registered algorithm name (darwinx, adas, ahe, meta, evaluate, ...)")
+    pa.set_defaults(func=cmd_params)
+
     v = sub.add_parser("validate", help="check a config (no run directory, no Ray, no model call)")
     v.add_argument("config")
     v.set_defaults(func=cmd_validate)
@@ -122,6 +126,19 @@ def _overrides(extra: list[str]):
 def _no_extra(extra: list[str]) -> None:
     if extra:
         raise ConfigError(f"unexpected arguments: {' '.join(extra)}")
+
+
+def cmd_params(args, extra) -> int:
+    _no_extra(extra)
+    from rsi.params import params_rows
+
+    print(f"algorithm {args.algorithm}: parameters (set as algorithm.<parameter> in a config)")
+    for row in params_rows(args.algorithm):
+        bounds = f"  [{row['range']}]" if row["range"] else ""
+        print(f"\n  {row['parameter']}: {row['type']} = {row['default']}{bounds}")
+        if row["description"]:
+            print(f"      {row['description']}")
+    return 0
 
 
 def cmd_validate(args, extra) -> int:
