@@ -17,9 +17,10 @@ class EvaluateParams(AlgorithmParams):
 class Evaluate(Algorithm):
     Params = EvaluateParams
 
-    def run(self) -> Snapshot:
+    def seed(self) -> None:
+        """The whole algorithm: the target as given, measured on train and dev."""
         seed = self.ctx.seed_snapshot
-        self.decide("seed", seed.snapshot_id, None, reason="target as given")
+        self.decide("seed", seed.snapshot_id, None, reason="target as given", reason_code="seed")
         for split in ("train", "dev"):
             if not self.ctx.evaluator.split_ids(split):
                 continue
@@ -27,5 +28,11 @@ class Evaluate(Algorithm):
                                                 label=f"{split}")
             m = ScoreMatrix.from_table(table)
             self.decide("measure", seed.snapshot_id, None, reason=f"{split} mean {m.mean():.4f}",
-                        split=split, mean=m.mean(), tasks=len(m.task_ids), trials=self.params.trials)
-        return self.promote(seed, "evaluate promotes the seed")
+                        reason_code="measured", split=split, mean=m.mean(), tasks=len(m.task_ids),
+                        trials=self.params.trials)
+
+    def done(self) -> bool:
+        return True  # no steps: nothing is evolved
+
+    def finish(self) -> Snapshot:
+        return self.promote(self.ctx.seed_snapshot, "evaluate promotes the seed", reason_code="seed_as_given")

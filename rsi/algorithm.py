@@ -1,8 +1,15 @@
 """The algorithm base: what every search shares, so an algorithm's file reads as its paper.
 
-Carried here: the decision log (one fsynced line per decision, written before it is acted
-on), commit with rejections recorded as ``decline`` decisions (never fatal), the evidence
-budget, promotion, and state for resume. The runner does the single final test evaluation.
+The base owns the loop, the step counter, checkpoints and decisions::
+
+    seed -> checkpoint -> repeat { budget check -> step_once() -> checkpoint } until done() -> finish()
+
+An algorithm writes ``seed``, ``step_once``, ``finish`` (and ``done`` when ``max_steps`` is not
+its only end), plus ``extra_state``/``restore`` for what it alone must carry across a resume.
+Also here: the decision log (one typed, fsynced line per decision, written before it is acted
+on: ``rsi.decisions``), commit with rejections returned as ``decline`` decisions (never fatal),
+the evidence budget, promotion, the budget stop, and the record of the runner's single final
+test measurement.
 """
 
 from __future__ import annotations
@@ -16,10 +23,12 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rsi.benchmark import Benchmark
+from rsi.decisions import Decision, legacy_code
 from rsi.errors import ConfigError, Rejected, SeedFailed
 from rsi.progress import log
 from rsi.prompting import evidence
 from rsi.records import RunRecords
+from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot
 
 
@@ -52,6 +61,7 @@ class Algorithm:
         self.ctx = ctx
         self.params = params
         self.step = 0
+        self.seeded = False  # the seed version measured and decided (restored on resume)
         self.rng = random.Random(ctx.config.run.seed)
 
     # ---- startup validation ------------------------------------------------------------------
@@ -83,8 +93,48 @@ class Algorithm:
 
     # ---- the loop ------------------------------------------------------------------------------
     def run(self) -> Snapshot:
-        """Search, record, and return the promoted snapshot."""
+        """Search, record, and return the promoted snapshot. A resumed run (state restored by
+        ``load_state``) continues after its last checkpoint."""
+        if not self.seeded:
+            self.seed()
+            self.seeded = True
+            self.checkpoint()
+        while not self.done():
+            if self.stopped_by_budget():
+                break
+            self.step_once()
+            self.checkpoint()
+        return self.finish()
+
+    def seed(self) -> None:
+        """Measure the starting version (and decide ``seed``)."""
         raise NotImplementedError
+
+    def step_once(self) -> None:
+        """One step (or one round of parallel steps): advances ``self.step``."""
+        raise NotImplementedError
+
+    def done(self) -> bool:
+        """Whether the search has ended; the default is ``max_steps`` spent."""
+        return self.step >= self.params.max_steps
+
+    def finish(self) -> Snapshot:
+        """Promote the version the run returns."""
+        raise NotImplementedError
+
+    def checkpoint(self) -> None:
+        """What ``rsi resume`` continues from, written after every step: the base's state (step,
+        RNG, usage, decision count, worker states) and the algorithm's ``extra_state``."""
+        workers = self.ctx.workers.states() if self.ctx.workers is not None else []
+        self.ctx.records.write_state({**self.get_state(), **self.extra_state(), "worker_states": workers,
+                                      "decisions": self.ctx.records.decision_count()})
+
+    def extra_state(self) -> dict:
+        """The algorithm's own state for resume (its archive, lineage, ...)."""
+        return {}
+
+    def restore(self, state: dict) -> None:
+        """Rebuild the algorithm's own state from what ``extra_state`` saved."""
 
     # ---- shared pieces -------------------------------------------------------------------------
     def require_seed_runs(self, table) -> None:
@@ -102,26 +152,35 @@ class Algorithm:
                          f"({table['task_id'][first].as_py()}): {statuses[first]}: {' '.join(str(reason).split())[:300]}")
 
     def decide(self, kind: str, snapshot_id: str | None = None, parent_id: str | None = None,
-               accepted: bool | None = None, reason: str = "", **figures) -> dict:
-        record = {"step": self.step, "kind": kind, "snapshot_id": snapshot_id, "parent_id": parent_id,
-                  "accepted": accepted, "reason": reason, **figures}
-        self.ctx.records.decision(record)
+               accepted: bool | None = None, reason: str = "", *, reason_code: str | None = None,
+               step: int | None = None, donor_id: str | None = None, **figures) -> Decision:
+        """Record one decision (fsynced before it is acted on) and print its line. ``step``
+        defaults to the current step; a round of parallel candidates decides each at its own."""
+        decision = Decision(step=self.step if step is None else step, kind=kind, snapshot_id=snapshot_id,
+                            parent_id=parent_id, donor_id=donor_id, accepted=accepted,
+                            reason_code=reason_code or legacy_code(kind, reason), reason=reason, **figures)
+        self.ctx.records.decision(decision)
         verdict = "" if accepted is None else (" accepted" if accepted else " rejected")
-        log(f"step {self.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}".rstrip())
-        return record
+        log(f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}".rstrip())
+        return decision
 
-    def commit(self, parent: Snapshot, tree: dict, ignore=(), **figures) -> Snapshot | None:
-        """The child snapshot of an edited tree, or None with a ``decline`` decision recorded
-        (the run goes on)."""
+    def commit_or_decline(self, parent: Snapshot, tree: dict, ignore=(), step: int | None = None,
+                          **figures) -> Snapshot | Decision:
+        """The child snapshot of an edited tree, or the ``decline`` decision recorded for it
+        (the run goes on; the caller reads why from the returned decision)."""
         try:
             child = parent.commit_tree(tree, self.ctx.config.run.target.evolve_scope,
                                        secrets=self.ctx.secrets, ignore=ignore)
         except Rejected as exc:
-            self.decide("decline", None, parent.snapshot_id, accepted=False, reason=exc.reason,
-                        detail=exc.detail, **figures)
-            return None
+            return self.decide("decline", None, parent.snapshot_id, accepted=False, reason=exc.reason,
+                               reason_code=exc.reason, step=step, detail=exc.detail, **figures)
         self.ctx.records.put_snapshot(child)
         return child
+
+    def commit(self, parent: Snapshot, tree: dict, ignore=(), **figures) -> Snapshot | None:
+        """``commit_or_decline`` for callers that need only the child (None: declined)."""
+        child = self.commit_or_decline(parent, tree, ignore, **figures)
+        return child if isinstance(child, Snapshot) else None
 
     def evidence(self, text: str, max_chars: int) -> str:
         """``rsi.prompting.evidence``: the newest evidence kept, the cut marked."""
@@ -134,9 +193,16 @@ class Algorithm:
         self.ctx.records.write_bytes(rel, text.encode())
         return rel
 
-    def promote(self, snapshot: Snapshot, reason: str, **figures) -> Snapshot:
-        self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason, **figures)
+    def promote(self, snapshot: Snapshot, reason: str, reason_code: str = "promote", **figures) -> Snapshot:
+        self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason,
+                    reason_code=reason_code, **figures)
         return snapshot
+
+    def record_test(self, promoted: Snapshot, table) -> Decision:
+        """The runner's single test measurement of the promoted version, one step after the last."""
+        m = ScoreMatrix.from_table(table)
+        return self.decide("test", promoted.snapshot_id, promoted.parent_id, step=self.step + 1, reason_code="test",
+                           reason=f"test mean {m.mean():.4f}", mean=m.mean(), tasks=len(m.task_ids))
 
     def after_test(self, promoted: Snapshot, test_table) -> dict | None:
         """Called once after the runner's single test measurement of ``promoted``. An algorithm
@@ -172,7 +238,7 @@ class Algorithm:
         """True (with a ``stop`` decision recorded) when the budget forbids a new proposal."""
         reason = self.budget_exhausted()
         if reason:
-            self.decide("stop", None, None, reason=reason, usage=self.usage())
+            self.decide("stop", None, None, reason=reason, reason_code="budget", usage=self.usage())
         return bool(reason)
 
     # ---- resume --------------------------------------------------------------------------------
@@ -180,10 +246,12 @@ class Algorithm:
         return {"step": self.step, "rng": rng_state(self.rng), "usage": self.usage()}
 
     def load_state(self, state: dict) -> None:
-        """Resume from the saved state (``RunRecords.read_state``); an algorithm without one
-        restarts from its first decision (every stored rollout is reused)."""
+        """Resume from the saved state (``RunRecords.read_state``); with none, the run restarts
+        from its first decision (every stored rollout is reused)."""
         if "step" in state:
             self.set_state(state)
+            self.restore(state)
+            self.seeded = True
 
     def set_state(self, state: dict) -> None:
         self.step = state["step"]

@@ -28,6 +28,7 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 import yaml
 
+from rsi.decisions import Decision
 from rsi.errors import ClusterError, ConfigError
 from rsi.results import SCHEMA, concat
 from rsi.snapshot import Snapshot, is_digest
@@ -71,6 +72,7 @@ class RunRecords:
         self._lock = threading.Lock()
         self._local = isinstance(fs, pafs.LocalFileSystem)
         self._trace_cache: dict[str, list[str]] = {}
+        self._decision_count: int | None = None  # counted once, then kept here
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -171,11 +173,26 @@ class RunRecords:
     def read_config(self) -> dict:
         return yaml.safe_load(self.read_bytes("config.yaml"))
 
-    def decision(self, record: dict) -> None:
+    def decision(self, decision: "Decision | dict") -> None:
+        """Append one decision, flushed and fsynced before the caller acts on it."""
+        record = decision.record() if isinstance(decision, Decision) else decision
+        count = self.decision_count()
         self.append_line("decisions.jsonl", record)
+        self._decision_count = count + 1
 
     def decisions(self) -> list[dict]:
         return self.read_lines("decisions.jsonl")
+
+    def decision_count(self) -> int:
+        """Whole decision lines on storage; read once, then kept up to date by ``decision``."""
+        if self._decision_count is None:
+            self._decision_count = len(self.decisions())
+        return self._decision_count
+
+    def truncate_decisions(self, keep: int) -> None:
+        """Resume: the decisions of a step cut short are dropped, to be re-decided."""
+        self.truncate_lines("decisions.jsonl", keep)
+        self._decision_count = None
 
     def archive_entry(self, entry: dict) -> None:
         self.append_line("archive.jsonl", entry)

@@ -177,7 +177,7 @@ class Run:
         algo = cfg.algo_cls(ctx, cfg.algo_params)
         if self.resume_state is not None:
             loaded = evaluator.preload(self.records.rollouts())
-            self.records.truncate_lines("decisions.jsonl", state.get("decisions", 0))
+            self.records.truncate_decisions(state.get("decisions", 0))
             archive.truncate(len(state.get("archive", [])))
             if state:
                 algo.load_state(state)
@@ -189,11 +189,8 @@ class Run:
         self.records.put_snapshot(promoted)
         test = None
         if evaluator.split_ids("test"):
-            algo.step += 1
             test = evaluator.evaluate(promoted, "test", trials=1, salt="final-test", label="test")
-            m = ScoreMatrix.from_table(test)
-            algo.decide("test", promoted.snapshot_id, promoted.parent_id, reason=f"test mean {m.mean():.4f}",
-                        mean=m.mean(), tasks=len(m.task_ids))
+            algo.record_test(promoted, test)
         extra = algo.after_test(promoted, test) if test is not None else None
         summary = self.summary(promoted, test, evaluator.stats(), time.monotonic() - t0)
         summary["usage"] = algo.usage()

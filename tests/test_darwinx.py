@@ -217,9 +217,12 @@ def test_screen_rejections_pay_no_confirm(tmp_path, ray_session):
         {"max_steps": 3, "merge_every": 0, "screen_regression_tolerance": 0.25}))
     seed_id = decisions[0]["snapshot_id"]
     screens = of(decisions, "screen")
-    rejected = "no task improved or regression over screen tolerance"
-    assert [(d["step"], d["accepted"], d["reason"], d["gain"], d["regression_mass"]) for d in screens] == [
-        (1, False, rejected, -0.25, 0.25), (2, False, rejected, 0.0, 0.5), (3, True, "screen passed", 0.25, 0.25)]
+    # One condition per reason: vN improves no task; vR improves t1 but regresses 0.5 > 0.25.
+    assert [(d["step"], d["accepted"], d["reason_code"], d["reason"], d["gain"], d["regression_mass"])
+            for d in screens] == [
+        (1, False, "no_task_improved", "no task improved", -0.25, 0.25),
+        (2, False, "screen_regression", "regression 0.5000 over screen tolerance 0.25", 0.0, 0.5),
+        (3, True, "screen_passed", "screen passed", 0.25, 0.25)]
     assert all(d["parent_id"] == seed_id and sorted(d["tasks"]) == ["t1", "t2", "t3"] and d["samples"] == 1
                for d in screens)
     confirm, = of(decisions, "confirm")
@@ -265,8 +268,7 @@ def test_parallel_round_duplicate_and_screen_rejection(tmp_path, ray_session):
         (2, "decline", v1, seed_id, False, "duplicate"),
         (1, "screen", v1, seed_id, True, "screen passed"),
         (1, "confirm", v1, seed_id, True, "admitted: gains and preserves the lineage"),
-        (3, "screen", of(decisions, "screen")[1]["snapshot_id"], v1, False,
-         "no task improved or regression over screen tolerance"),
+        (3, "screen", of(decisions, "screen")[1]["snapshot_id"], v1, False, "no task improved"),
         (4, "screen", v3, v1, True, "screen passed"),
         (4, "confirm", v3, v1, True, "admitted: gains and preserves the lineage"),
         (4, "promote", v3, v1, True, "highest train mean 0.8333 among confirmed members"),

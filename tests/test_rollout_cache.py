@@ -127,7 +127,10 @@ def finished_run(tmp_path: Path) -> Path:
     (tmp_path / "ev.yaml").write_text(yaml.safe_dump(cfg))
     run_dir = tmp_path / "runs" / "ev"
     assert main(["run", str(tmp_path / "ev.yaml"), "--run-dir", str(run_dir)]) == 0
-    (run_dir / "summary.json").unlink()  # as if killed before the summary
+    # As if killed before its first checkpoint: resume re-decides every decision from the start,
+    # asking for every measurement again (train, then test).
+    (run_dir / "summary.json").unlink()
+    (run_dir / "state" / "latest.json.gz").unlink()
     return run_dir
 
 

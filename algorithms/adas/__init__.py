@@ -39,6 +39,7 @@ import json
 from algorithms.adas import _prompts
 from algorithms.adas.params import ADASParams
 from rsi.algorithm import Algorithm
+from rsi.decisions import Decision
 from rsi.prompting import component_table, evidence, render, tagged
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot
@@ -60,27 +61,19 @@ class ADAS(Algorithm):
         self.best_score = 0.0
         self.declined_designs: list[dict] = []
 
-    # ---- the loop ------------------------------------------------------------------------
-    def run(self) -> Snapshot:
-        if not self.archive:
-            self.seed()
-        while self.step < self.p.max_steps:
-            if self.stopped_by_budget():
-                break
-            self.step += 1
-            self.search_step()
-            self.save_state()
-        return self.finish()
+    # ---- the loop (the base runs it: seed, then step_once until max_steps, then finish) ------
+    def step_once(self) -> None:
+        self.step += 1
+        self.search_step()
 
     def seed(self) -> None:
         """The current version on dev is archive entry 0 and the first leader."""
         snap = self.ctx.seed_snapshot
         score = self.dev_score(snap, "seed", require_runs=True)
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"dev score {score:.4f}",
-                    score=score, account=_prompts.SEED_ACCOUNT, archive_index=0)
+                    reason_code="seed", score=score, account=_prompts.SEED_ACCOUNT, archive_index=0)
         self.add_to_archive(snap, _prompts.SEED_ACCOUNT, score)
         self.best, self.best_score = snap, score
-        self.save_state()
 
     def search_step(self) -> None:
         parent = self.best  # the archive leader (the earlier design on ties), not the last candidate
@@ -98,7 +91,7 @@ class ADAS(Algorithm):
         reason = (f"dev score {score:.4f} > leader {self.best_score:.4f}: new leader" if accepted else
                   f"dev score {score:.4f} <= leader {self.best_score:.4f}: archived, leader kept")
         self.decide("admit", child.snapshot_id, parent.snapshot_id, accepted=accepted, reason=reason,
-                    score=score, leader_score=self.best_score, account=account, archive_index=len(self.archive))
+                    reason_code="new_leader" if accepted else "archived", score=score, leader_score=self.best_score, account=account, archive_index=len(self.archive))
         self.add_to_archive(child, account, score)
         if accepted:
             self.best, self.best_score = child, score
@@ -106,7 +99,7 @@ class ADAS(Algorithm):
     def finish(self) -> Snapshot:
         index = self.best_index()
         return self.promote(self.best, f"highest dev score in the archive ({self.best_score:.4f})",
-                            score=self.best_score, archive_index=index, archive=self.archive,
+                            reason_code="highest_dev_score", score=self.best_score, archive_index=index, archive=self.archive,
                             archive_snapshot_ids=[s.snapshot_id for s in self.snapshots],
                             declined_designs=self.declined_designs)
 
@@ -124,12 +117,12 @@ class ADAS(Algorithm):
         return tagged(reply, "DESIGN") if reply.strip() else previous
 
     def commit_design(self, parent: Snapshot, tree: dict, account: str) -> Snapshot | None:
-        child = self.commit(parent, tree, account=account)
-        if child is None:
-            last = self.ctx.records.decisions()[-1]
+        child = self.commit_or_decline(parent, tree, account=account)
+        if isinstance(child, Decision):
             self.declined_designs.append({"step": self.step, "parent_id": parent.snapshot_id,
-                                          "reason": last["reason"], "detail": last.get("detail", ""),
+                                          "reason": child.reason, "detail": child.figures.get("detail", ""),
                                           "account": account})
+            return None
         return child
 
     def add_to_archive(self, snap: Snapshot, account: str, score: float) -> None:
@@ -164,15 +157,11 @@ class ADAS(Algorithm):
         return next(i for i, s in enumerate(self.snapshots) if s is self.best)
 
     # ---- resume --------------------------------------------------------------------------
-    def save_state(self) -> None:
-        state = {**self.get_state(), "archive": self.archive,
-                 "archive_snapshot_ids": [s.snapshot_id for s in self.snapshots],
-                 "best_index": self.best_index(), "declined_designs": self.declined_designs,
-                 "worker_states": self.ctx.workers.states(), "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_state(state)
+    def extra_state(self) -> dict:
+        return {"archive": self.archive, "archive_snapshot_ids": [s.snapshot_id for s in self.snapshots],
+                "best_index": self.best_index(), "declined_designs": self.declined_designs}
 
-    def load_state(self, state: dict) -> None:
-        self.set_state(state)
+    def restore(self, state: dict) -> None:
         self.archive = state["archive"]
         self.snapshots = [self.ctx.records.get_snapshot(i) for i in state["archive_snapshot_ids"]]
         self.best = self.snapshots[state["best_index"]]

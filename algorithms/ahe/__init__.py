@@ -47,6 +47,7 @@ from algorithms.ahe import _prompts
 from algorithms.ahe.manifest import ManifestError, flips, parse_manifest, passes, unattributed_regressions, verdict
 from algorithms.ahe.params import AHEParams
 from rsi.algorithm import Algorithm
+from rsi.decisions import Decision
 from rsi.errors import ConfigError
 from rsi.prompting import MIN_EVIDENCE_CHARS, component_table, evidence, render, split_budget
 from rsi.results import ScoreMatrix
@@ -82,31 +83,33 @@ class AHE(Algorithm):
         self.lineage: list[dict] = []
         self.diagnosis: tuple[str | None, dict] = (None, {})
 
-    # ---- the loop ------------------------------------------------------------------------
-    def run(self) -> Snapshot:
-        if self.current is None:
-            self.seed()
-        while self.step < self.p.max_steps:
-            if self.train_mean() >= self.p.target_score - 1e-12:
-                self.decide("stop", self.current.snapshot_id, self.current.parent_id,
-                            reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
-                            train_mean=self.train_mean())
-                break
-            if self.stopped_by_budget():
-                break
-            self.step += 1
-            self.evolve_round()
-            self.save_state()
+    # ---- the loop (the base runs it: seed, then step_once until done, then finish) ------------
+    def done(self) -> bool:
+        if self.step >= self.p.max_steps:
+            return True
+        if self.train_mean() >= self.p.target_score - 1e-12:
+            self.decide("stop", self.current.snapshot_id, self.current.parent_id, reason_code="target_score",
+                        reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
+                        train_mean=self.train_mean())
+            return True
+        return False
+
+    def step_once(self) -> None:
+        self.step += 1
+        self.evolve_round()
+
+    def finish(self) -> Snapshot:
         return self.promote(self.current, "the latest kept version (every valid edit is kept)",
-                            train_mean=self.train_mean(), lineage=self.lineage, declined_edits=self.declined_edits)
+                            reason_code="latest_kept", train_mean=self.train_mean(), lineage=self.lineage,
+                            declined_edits=self.declined_edits)
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
         self.require_seed_runs(self.measure(snap, "seed"))
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {self.train_mean():.4f}",
+                    reason_code="seed",
                     train_mean=self.train_mean(), means=self.means)
         self.adopt(snap)
-        self.save_state()
 
     def evolve_round(self) -> None:
         parent = self.current
@@ -127,7 +130,7 @@ class AHE(Algorithm):
             manifest = parse_manifest(reply, changed)
         except ManifestError as exc:
             self.decide("decline", child.snapshot_id, parent.snapshot_id, accepted=False, reason=exc.reason,
-                        detail=str(exc), changed_paths=changed)
+                        reason_code=exc.reason, detail=str(exc), changed_paths=changed)
             self.declined_edits.append({"step": self.step, "reason": exc.reason, "detail": str(exc)})
             return
         before, before_mean = self.means, self.train_mean()
@@ -135,7 +138,7 @@ class AHE(Algorithm):
         flipped = flips(before, self.means)
         verdicts = [verdict(c, flipped) for c in manifest.changes]
         unattributed = unattributed_regressions(manifest, flipped)
-        self.decide("keep", child.snapshot_id, parent.snapshot_id, accepted=True,
+        self.decide("keep", child.snapshot_id, parent.snapshot_id, accepted=True, reason_code="kept",
                     reason=f"train mean {self.train_mean():.4f} (was {before_mean:.4f}); kept, no score gate",
                     train_mean=self.train_mean(), parent_train_mean=before_mean, means=self.means,
                     parent_means=before, changed_paths=changed, discarded_runtime_files=discarded,
@@ -210,10 +213,11 @@ class AHE(Algorithm):
     def commit_edit(self, parent: Snapshot, tree: dict) -> tuple[Snapshot | None, list[str]]:
         """Discard runtime artifacts, then commit; a rejection is a recorded decline."""
         discarded = runtime_artifacts(tree)
-        child = self.commit(parent, tree, discarded_runtime_files=discarded)
-        if child is None:
-            last = self.ctx.records.decisions()[-1]
-            self.declined_edits.append({"step": self.step, "reason": last["reason"], "detail": last.get("detail", "")})
+        child = self.commit_or_decline(parent, tree, discarded_runtime_files=discarded)
+        if isinstance(child, Decision):
+            self.declined_edits.append({"step": self.step, "reason": child.reason,
+                                        "detail": child.figures.get("detail", "")})
+            return None, discarded
         return child, discarded
 
     def measure(self, snap: Snapshot, salt: str):
@@ -250,15 +254,12 @@ class AHE(Algorithm):
         return json.dumps(self.ctx.records.read_trace(ref), indent=1, ensure_ascii=False, default=str)
 
     # ---- resume --------------------------------------------------------------------------
-    def save_state(self) -> None:
-        state = {**self.get_state(), "current": self.current.snapshot_id, "means": self.means, "status": self.status,
-                 "trace_refs": self.trace_refs, "last_round": self.last_round,
-                 "declined_edits": self.declined_edits, "archive": self.lineage,
-                 "worker_states": self.ctx.workers.states(), "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_state(state)
+    def extra_state(self) -> dict:
+        return {"current": self.current.snapshot_id, "means": self.means, "status": self.status,
+                "trace_refs": self.trace_refs, "last_round": self.last_round,
+                "declined_edits": self.declined_edits, "archive": self.lineage}
 
-    def load_state(self, state: dict) -> None:
-        self.set_state(state)
+    def restore(self, state: dict) -> None:
         self.current = self.ctx.records.get_snapshot(state["current"])
         self.means, self.status, self.trace_refs = state["means"], state["status"], state["trace_refs"]
         self.last_round, self.declined_edits = state["last_round"], state["declined_edits"]

@@ -24,10 +24,11 @@ from dataclasses import dataclass
 
 from algorithms.darwinx import _prompts
 from algorithms.darwinx.archive import Candidate, common_ancestor
-from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, solved_set
+from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
 from algorithms.darwinx.params import DarwinXParams
 from algorithms.slots import ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm
+from rsi.decisions import Decision
 from rsi.errors import ConfigError
 from rsi.records import dumps
 from rsi.prompting import evidence, render
@@ -73,19 +74,13 @@ class DarwinX(Algorithm):
         self.declined: list[dict] = []
         self.tried_pairs: set[tuple[str, str]] = set()
 
-    # ---- the loop ------------------------------------------------------------------------
-    def run(self) -> Snapshot:
-        if not self.archive:
-            self.seed()
-        while self.step < self.p.max_steps:
-            if self.stopped_by_budget():
-                break
-            n = min(self.p.parallel_candidates, self.p.max_steps - self.step)
-            proposals = self.propose(n)
-            self.measure(proposals)
-            self.step = proposals[-1].step
-            self.save_state()
-        return self.finish()
+    # ---- the loop (the base runs it: seed, then step_once until max_steps, then finish) ------
+    def step_once(self) -> None:
+        """One round: ``parallel_candidates`` proposals (a step each), measured together."""
+        n = min(self.p.parallel_candidates, self.p.max_steps - self.step)
+        proposals = self.propose(n)
+        self.measure(proposals)
+        self.step = proposals[-1].step
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
@@ -99,8 +94,8 @@ class DarwinX(Algorithm):
         self.archive.append(seed)
         self.ctx.archive.append(seed.record())
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {seed.train_mean:.4f}",
-                    level="confirm", means=seed.means, samples=self.p.confirm_samples, solved=sorted(seed.solved))
-        self.save_state()
+                    reason_code="seed", level="confirm", means=seed.means, samples=self.p.confirm_samples,
+                    solved=sorted(seed.solved))
 
     def propose(self, n: int) -> list[Proposal]:
         """Choose parents (or merge pairs) in order, then let the workers edit concurrently."""
@@ -112,9 +107,10 @@ class DarwinX(Algorithm):
                 main, donor = pair
                 ancestor = common_ancestor(main, donor, self._by_id())
                 prop = Proposal(step, "recombination", main, donor)
-                self.decide_at(step, "merge", None, main.snapshot_id, donor_id=donor.snapshot_id,
-                               reason=f"recombine with {donor.snapshot_id} (ancestor {ancestor.snapshot_id})",
-                               ancestor_id=ancestor.snapshot_id, union=len(main.solved | donor.solved))
+                self.decide("merge", None, main.snapshot_id, step=step, donor_id=donor.snapshot_id,
+                            reason=f"recombine with {donor.snapshot_id} (ancestor {ancestor.snapshot_id})",
+                            reason_code="recombine", ancestor_id=ancestor.snapshot_id,
+                            union=len(main.solved | donor.solved))
                 refs = {"ancestor": ancestor.snapshot, "donor": donor.snapshot}
                 jobs.append((main.snapshot, self._recombine_prompt(main, donor, ancestor), refs))
             else:
@@ -144,11 +140,11 @@ class DarwinX(Algorithm):
             cand, primary, reference = screens[p.step]
             ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
             p.candidate.screen_means, p.candidate.level = cand, "screen"
-            self.decide_at(p.step, "screen", p.candidate.snapshot_id, p.parent.snapshot_id, accepted=ok,
-                           donor_id=p.candidate.donor_id, level="screen", tasks=subsets[p.step],
-                           samples=self.p.screen_samples, means=cand, parent_means=primary, reference_means=reference,
-                           gain=gain, regression_mass=regression,
-                           reason="screen passed" if ok else "no task improved or regression over screen tolerance")
+            code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
+            self.decide("screen", p.candidate.snapshot_id, p.parent.snapshot_id, accepted=ok, step=p.step,
+                        donor_id=p.candidate.donor_id, reason_code=code, reason=reason, level="screen",
+                        tasks=subsets[p.step], samples=self.p.screen_samples, means=cand, parent_means=primary,
+                        reference_means=reference, gain=gain, regression_mass=regression)
             if ok:
                 passed.append(p)
             else:
@@ -163,7 +159,7 @@ class DarwinX(Algorithm):
         best_id = self.promotion.choose(members).member_id
         best = next(c for c in self.archive if c.snapshot_id == best_id)
         return self.promote(best.snapshot, f"highest train mean {best.train_mean:.4f} among confirmed members",
-                            train_mean=best.train_mean, archive=[c.record() for c in self.archive],
+                            reason_code="highest_train_mean", train_mean=best.train_mean, archive=[c.record() for c in self.archive],
                             declined_edits=self.declined)
 
     # ---- gates ---------------------------------------------------------------------------
@@ -180,16 +176,17 @@ class DarwinX(Algorithm):
         c.invariant = inherited | c.solved
         c.lineage_gain = p.parent.lineage_gain + figures.gain
         c.trace_refs = self._trace_refs(tables[-1])
-        reason = ("admitted: gains and preserves the lineage" if admitted else
-                  "lost solved tasks" if figures.lost_invariant else
-                  "regression over tolerance" if figures.regression_mass > self.p.regression_tolerance + 1e-12 else
-                  "no gain")
-        self.decide_at(p.step, "confirm", c.snapshot_id, p.parent.snapshot_id, accepted=admitted,
-                       donor_id=c.donor_id, level="confirm", samples=self.p.confirm_samples, means=cand,
-                       parent_means=primary, reference_means=reference, gain=figures.gain,
-                       regression_mass=figures.regression_mass, lost_invariant=list(figures.lost_invariant),
-                       train_mean=c.train_mean, uncertainty=paired_uncertainty(cand, primary, seed=p.step),
-                       reason=reason)
+        code, reason = (("admitted", "admitted: gains and preserves the lineage") if admitted else
+                        ("lost_solved", "lost solved tasks") if figures.lost_invariant else
+                        ("regression_over_tolerance", "regression over tolerance")
+                        if figures.regression_mass > self.p.regression_tolerance + 1e-12 else
+                        ("no_gain", "no gain"))
+        self.decide("confirm", c.snapshot_id, p.parent.snapshot_id, accepted=admitted, step=p.step,
+                    donor_id=c.donor_id, reason_code=code, reason=reason, level="confirm",
+                    samples=self.p.confirm_samples, means=cand, parent_means=primary, reference_means=reference,
+                    gain=figures.gain, regression_mass=figures.regression_mass,
+                    lost_invariant=list(figures.lost_invariant), train_mean=c.train_mean,
+                    uncertainty=paired_uncertainty(cand, primary, seed=p.step))
         self._archive(p, improved=[t for t in cand if cand[t] > primary[t] + 1e-12],
                       regressed=[t for t in cand if cand[t] < reference[t] - 1e-12], lost=list(figures.lost_invariant))
 
@@ -235,19 +232,16 @@ class DarwinX(Algorithm):
         return None
 
     def _commit(self, prop: Proposal, tree: dict, reply: str, known: set[str]) -> Snapshot | None:
-        saved, self.step = self.step, prop.step
-        try:
-            child = self.commit(prop.parent.snapshot, tree, ignore=(REF_DIR,), kind_of_edit=prop.kind,
-                                donor_id=prop.donor.snapshot_id if prop.donor else None)
-        finally:
-            self.step = saved
-        if child is None:
+        child = self.commit_or_decline(prop.parent.snapshot, tree, ignore=(REF_DIR,), step=prop.step,
+                                       kind_of_edit=prop.kind, donor_id=prop.donor.snapshot_id if prop.donor else None)
+        if isinstance(child, Decision):
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id,
-                                  "reason": self._last_decline_reason(), "reply": reply[-2000:]})
+                                  "reason": child.reason, "reply": reply[-2000:]})
             return None
         if child.snapshot_id in known:
-            self.decide_at(prop.step, "decline", child.snapshot_id, prop.parent.snapshot_id, accepted=False,
-                           reason="duplicate", detail="the edit reproduced a version already measured")
+            self.decide("decline", child.snapshot_id, prop.parent.snapshot_id, accepted=False, step=prop.step,
+                        reason="duplicate", reason_code="duplicate",
+                        detail="the edit reproduced a version already measured")
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id, "reason": "duplicate"})
             return None
         return child
@@ -276,17 +270,6 @@ class DarwinX(Algorithm):
 
     def _by_id(self) -> dict[str, Candidate]:
         return {c.snapshot_id: c for c in self.archive}
-
-    def _last_decline_reason(self) -> str:
-        decisions = self.ctx.records.decisions()
-        return decisions[-1].get("reason", "") if decisions else ""
-
-    def decide_at(self, step: int, kind: str, snapshot_id, parent_id, accepted=None, reason="", **figures):
-        saved, self.step = self.step, step
-        try:
-            return self.decide(kind, snapshot_id, parent_id, accepted=accepted, reason=reason, **figures)
-        finally:
-            self.step = saved
 
     # ---- prompts -------------------------------------------------------------------------
     def _mutate_prompt(self, parent: Candidate) -> str:
@@ -322,15 +305,11 @@ class DarwinX(Algorithm):
         return _newest_first(blocks, budget) if blocks else "(no traces recorded)"
 
     # ---- resume --------------------------------------------------------------------------
-    def save_state(self) -> None:
-        state = {**self.get_state(), "archive": [c.record() for c in self.archive],
-                 "declined": self.declined, "tried_pairs": sorted(self.tried_pairs),
-                 "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
-                 "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_state(state)
+    def extra_state(self) -> dict:
+        return {"archive": [c.record() for c in self.archive], "declined": self.declined,
+                "tried_pairs": sorted(self.tried_pairs)}
 
-    def load_state(self, state: dict) -> None:
-        self.set_state(state)
+    def restore(self, state: dict) -> None:
         self.archive = [Candidate.from_record(r, self.ctx.records.get_snapshot(r["snapshot_id"]))
                         for r in state["archive"]]
         self.declined = state["declined"]

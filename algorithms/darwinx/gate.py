@@ -35,6 +35,15 @@ def screen_passes(cand: dict[str, float], primary: dict[str, float], reference: 
     return improved and regression <= tolerance + TOLERANCE, sum(cand[t] - primary[t] for t in cand), regression
 
 
+def screen_reason(ok: bool, cand: dict, primary: dict, regression: float, tolerance: float) -> tuple[str, str]:
+    """One condition per reason: the screen fails on no improvement, or on regression."""
+    if ok:
+        return "screen_passed", "screen passed"
+    if not any(cand[t] > primary[t] + TOLERANCE for t in cand):
+        return "no_task_improved", "no task improved"
+    return "screen_regression", f"regression {regression:.4f} over screen tolerance {tolerance:g}"
+
+
 def paired_uncertainty(cand: dict[str, float], parent: dict[str, float], seed: int = 0,
                        resamples: int = 2000) -> dict:
     """How much of a gain could be noise: sign test over tasks and a bootstrap 95% interval of
