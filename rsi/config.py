@@ -99,6 +99,9 @@ class RunConfig(Strict):
     algorithm: dict[str, Any]
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    tracker: Literal["none", "tensorboard"] = Field(
+        "none", description="live experiment tracking: tensorboard writes each decision's figures as TensorBoard "
+        "scalars under <run dir>/tensorboard as they are decided (no server, no extra package; local storage)")
 
 
 class Resolved:

@@ -73,6 +73,8 @@ class RunRecords:
         self._local = isinstance(fs, pafs.LocalFileSystem)
         self._trace_cache: dict[str, list[str]] = {}
         self._decision_count: int | None = None  # counted once, then kept here
+        #: Called with each decision's record once it is on storage (a live experiment tracker).
+        self.decision_listeners: list = []
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
@@ -179,6 +181,8 @@ class RunRecords:
         count = self.decision_count()
         self.append_line("decisions.jsonl", record)
         self._decision_count = count + 1
+        for listener in self.decision_listeners:
+            listener(record)
 
     def decisions(self) -> list[dict]:
         return self.read_lines("decisions.jsonl")

@@ -50,6 +50,9 @@ def prepare(resolved: Resolved) -> Prepared:
     for split in ("train", "dev", "test"):
         benchmark.split(split)  # duplicate ids, bad files: raise now
     resolved.algo_cls.check_benchmark(benchmark, resolved.algo_params)
+    if run.tracker == "tensorboard" and "://" in resolved.storage():
+        raise ConfigError("tracker: tensorboard writes event files beside a local run directory; with object "
+                          "storage, export afterwards with `rsi report RUN_DIR --tensorboard DIR`")
     target = target_class(run.target.kind)(run.target, benchmark)
     target.check(seed)
     if resolved.worker_cfg is not None:
@@ -134,7 +137,18 @@ class Run:
 
     def execute(self) -> dict:
         with contextlib.ExitStack() as stack:
+            self._track(stack)
             return self._execute(self._served_target(stack))
+
+    def _track(self, stack: contextlib.ExitStack) -> None:
+        """``tracker: tensorboard``: every decision's figures go to TensorBoard as it is made."""
+        if self.p.config.run.tracker != "tensorboard":
+            return
+        from rsi.reporting.tensorboard import EventWriter
+
+        writer = stack.enter_context(EventWriter(self.records.local_path() / "tensorboard"))
+        self.records.decision_listeners.append(writer.decision)
+        log(f"tensorboard: tensorboard --logdir {self.records.local_path() / 'tensorboard'}")
 
     def _served_target(self, stack: contextlib.ExitStack):
         """A target whose own model is ``provider: local`` gets a model server on this machine

@@ -367,3 +367,21 @@ def test_report_renders_in_headless_chromium(runs, tmp_path):
     assert dom.returncode == 0 and console_lines(dom.stderr) == []
     assert len(re.findall(r"<img ", dom.stdout)) == 4 and "Admitted candidates" in dom.stdout
     print(f"screenshot: {shot}")
+
+
+
+def test_tracker_tensorboard_writes_each_decision_live(tmp_path, ray_session):
+    """``tracker: tensorboard``: one event per decision with numbers, written as decided, beside
+    the run; the same scalars an after-the-fact export gives."""
+    config = scenario(tmp_path / "b", tmp_path / "runs", TABLE_B, [version("v1")], {"max_steps": 1, "merge_every": 0})
+    cfg = yaml.safe_load(config.read_text())
+    config.write_text(yaml.safe_dump({**cfg, "tracker": "tensorboard"}, sort_keys=False))
+    run_dir = execute(config, tmp_path / "runs" / "tracked")
+    (live,) = (run_dir / "tensorboard").glob("events.out.tfevents.*")
+    exported, _ = export_run(str(run_dir), tmp_path / "exported")
+    def scalars(path) -> list[tuple]:
+        return sorted((e.get("step", 0), tag, value) for e in read_events(path) for tag, value in e["values"].items()
+                      if not tag.startswith(("candidate/", "usage/")))  # the export's extra series
+
+    assert scalars(live) and scalars(live) == scalars(exported)
+    assert {"seed/accepted", "confirm/accepted", "confirm/gain", "test/mean"} <= {tag for _, tag, _ in scalars(live)}
