@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from rsi.benchmark import Benchmark
 from rsi.decisions import Decision, legacy_code
 from rsi.errors import ConfigError, Rejected, SeedFailed
-from rsi.progress import log
+from rsi.progress import log, phase, status
 from rsi.prompting import evidence
 from rsi.records import RunRecords
 from rsi.results import ScoreMatrix
@@ -96,14 +96,17 @@ class Algorithm:
         """Search, record, and return the promoted snapshot. A resumed run (state restored by
         ``load_state``) continues after its last checkpoint."""
         if not self.seeded:
+            phase("measuring the seed version")
             self.seed()
             self.seeded = True
             self.checkpoint()
         while not self.done():
             if self.stopped_by_budget():
                 break
+            phase(f"step {self.step + 1}: proposing and measuring")
             self.step_once()
             self.checkpoint()
+        phase("promoting")
         return self.finish()
 
     def seed(self) -> None:
@@ -161,8 +164,21 @@ class Algorithm:
                             reason_code=reason_code or legacy_code(kind, reason), reason=reason, **figures)
         self.ctx.records.decision(decision)
         verdict = "" if accepted is None else (" accepted" if accepted else " rejected")
-        log(f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}".rstrip())
+        log(f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}{_figures(figures)}".rstrip())
+        self._update_status(decision, figures)
         return decision
+
+    def _update_status(self, decision: Decision, figures: dict) -> None:
+        """The live view: step, best score so far (train mean, or ADAS's dev score), admitted, spend."""
+        status.step = max(status.step, decision.step)
+        value = figures.get("train_mean", figures.get("score"))
+        if decision.accepted and decision.kind != "test" and isinstance(value, (int, float)):
+            if status.best is None or value > status.best:
+                status.best, status.best_snapshot = float(value), decision.snapshot_id or ""
+            if decision.kind not in ("seed", "promote"):
+                status.admitted += 1
+        used = self.usage()
+        status.spend_usd = used.get("cost_usd", 0.0) + used.get("rollout_cost_usd", 0.0)
 
     def commit_or_decline(self, parent: Snapshot, tree: dict, ignore=(), step: int | None = None,
                           **figures) -> Snapshot | Decision:
@@ -267,3 +283,14 @@ def rng_state(rng: random.Random) -> list:
 def rng_unstate(state: list):
     version, internal, gauss = state
     return (version, tuple(internal), gauss)
+
+
+def _figures(figures: dict) -> str:
+    """The numbers that decided, after the reason on a decision line."""
+    shown = []
+    for key, label in (("gain", "gain"), ("regression_mass", "regression"), ("train_mean", "train mean"),
+                       ("score", "score")):
+        value = figures.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            shown.append(f"{label} {value:+.4f}" if key == "gain" else f"{label} {value:.4f}")
+    return f"  [{', '.join(shown)}]" if shown else ""

@@ -21,7 +21,7 @@ from rsi.algorithm import RunContext
 from rsi.benchmark import Benchmark
 from rsi.config import Resolved, load_config
 from rsi.errors import ConfigError
-from rsi.progress import log
+from rsi.progress import log, phase, reset_status, status
 from rsi.records import RunRecords
 from rsi.registry import target_class
 from rsi.results import ScoreMatrix, metric_means
@@ -173,7 +173,13 @@ class Run:
             log("WARNING: target.limits.backend is process: candidate code runs UNCONTAINED (rlimits and a "
                 "scrubbed environment only; it can read files and reach the network)")
         t0 = time.monotonic()
-        connect(cfg.run.ray)
+        reset_status(getattr(cfg.algo_params, "max_steps", None))
+        where = "starting a local Ray" if cfg.run.ray.address == "local" else f"connecting to Ray at {cfg.run.ray.address}"
+        phase(where)
+        status.dashboard = connect(cfg.run.ray)
+        if status.dashboard:
+            log(f"Ray dashboard: {status.dashboard}")
+        phase("starting the evaluator")
         evaluator = EvaluatorClient.start(self.run_id, target, cfg.run.evaluator, cfg.run.seed,
                                           cfg.run.target.deterministic, self.records,
                                           fingerprint=self.p.target.fingerprint())

@@ -70,7 +70,13 @@ def test_rsi_new_scaffold_runs(tmp_path, ray_session, capsys, monkeypatch):
     assert sorted(p.relative_to(tmp_path / "demo").as_posix() for p in (tmp_path / "demo").rglob("*") if p.is_file()) \
         == ["config.yaml", "problem.py", "seed/components.yaml", "seed/main.py"]
     assert main(["run", "demo/config.yaml", "--algorithm.max_steps", "4"]) == 0
-    summary = json.loads((run_dir_of(capsys.readouterr().out) / "summary.json").read_text())
+    out = capsys.readouterr().out
+    # Not a terminal: the live view's facts come as plain lines, start-up included.
+    for line in ("  starting a local Ray", "  measuring the seed version", "  step 1: proposing and measuring",
+                 "  promoting"):
+        assert line in out.splitlines(), line
+    assert re.search(r"^step   \d  confirm .*\[gain [+-]\d\.\d{4}, regression \d\.\d{4}, train mean", out, re.M)
+    summary = json.loads((run_dir_of(out) / "summary.json").read_text())
     assert summary["algorithm"] == "darwinx" and summary["means"]["train"] > 0
     assert main(["new", "demo"]) == 2, "an existing non-empty directory is never overwritten"
 

@@ -94,7 +94,8 @@ class DarwinX(Algorithm):
         self.archive.append(seed)
         self.ctx.archive.append(seed.record())
         self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {seed.train_mean:.4f}",
-                    reason_code="seed", level="confirm", means=seed.means, samples=self.p.confirm_samples,
+                    reason_code="seed", level="confirm", train_mean=seed.train_mean, means=seed.means,
+                    samples=self.p.confirm_samples,
                     solved=sorted(seed.solved))
 
     def propose(self, n: int) -> list[Proposal]:
