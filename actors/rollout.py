@@ -4,7 +4,8 @@ Batching amortises Ray's per-task overhead when rollouts are short (a heuristic 
 instance takes milliseconds to a second). Each rollout still gets its own fresh copy of the
 snapshot, so a candidate that writes into its working directory cannot affect the next one;
 a target that only reads its snapshot (``needs_private_workdir = False``, e.g. a decision rule
-run as an inner search) reads the node's pristine copy instead.
+run as an inner search) reads the node's pristine copy instead, and gets the whole batch in one
+``Target.run_many`` call (the policy target runs it in one jail).
 """
 
 from __future__ import annotations
@@ -54,18 +55,27 @@ def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec],
     node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
     rows, traces = [], []
     private = getattr(target, "needs_private_workdir", True)
-    for spec in specs:
-        work = Path(tempfile.mkdtemp(prefix="rsi-rollout-")) if private else pristine
-        try:
-            if private:
-                shutil.copytree(pristine, work, dirs_exist_ok=True, symlinks=True)
-                os.chmod(work, 0o755)
-            t0 = time.perf_counter()
-            result = target.run(work, tasks[spec.task_id], spec.trial, spec.sample_seed)
-            duration = result.duration_s or (time.perf_counter() - t0)
-        finally:
-            if private:
-                shutil.rmtree(work, ignore_errors=True)
+    batch = None
+    if not private and hasattr(target, "run_many"):  # one call for the batch (the policy target: one jail)
+        t0 = time.perf_counter()
+        batch = target.run_many(pristine, [(tasks[s.task_id], s.trial, s.sample_seed) for s in specs])
+        share = (time.perf_counter() - t0) / max(1, len(specs))
+    for i, spec in enumerate(specs):
+        if batch is not None:
+            result = batch[i]
+            duration = result.duration_s or share
+        else:
+            work = Path(tempfile.mkdtemp(prefix="rsi-rollout-")) if private else pristine
+            try:
+                if private:
+                    shutil.copytree(pristine, work, dirs_exist_ok=True, symlinks=True)
+                    os.chmod(work, 0o755)
+                t0 = time.perf_counter()
+                result = target.run(work, tasks[spec.task_id], spec.trial, spec.sample_seed)
+                duration = result.duration_s or (time.perf_counter() - t0)
+            finally:
+                if private:
+                    shutil.rmtree(work, ignore_errors=True)
         rows.append({
             "run_id": run_id, "snapshot_id": snapshot.snapshot_id, "split": split,
             "task_id": spec.task_id, "trial": spec.trial, "sample_seed": spec.sample_seed,

@@ -71,6 +71,13 @@ class Target(ABC):
     def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
         """Run one task on a materialised checkout of the snapshot at ``workdir``."""
 
+    def run_many(self, workdir: Path, rollouts: list[tuple[Task, int, int]]) -> list[RolloutResult]:
+        """Run a batch of ``(task, trial, sample_seed)`` of one snapshot on one checkout, one
+        result each, in order. Used for targets that only read their checkout
+        (``needs_private_workdir = False``); one may override it to share a sandbox across
+        the batch (the policy target runs a batch of inner searches in one jail)."""
+        return [self.run(workdir, task, trial, sample_seed) for task, trial, sample_seed in rollouts]
+
 
 class ProgramTarget(Target):
     """An entry script in a sandboxed subprocess: task JSON on stdin, one JSON object on stdout.

@@ -5,12 +5,15 @@ The outer search's artifact is the value of a decision slot (``algorithms.slots`
 rollout is one whole inner search run with the candidate value (``run_inner``: a pure function
 of policy source, domain, instance, seed and budget); its score is the meta-reward (``auc`` of
 the held-out best-so-far curve). Gates on values (``validate_proposal``) confine a rewrite to
-making decisions; they are not a sandbox: inner searches run in worker processes.
+making decisions; they are not a sandbox. A proposed rule is hostile code and runs only in the
+rollout jail: its check there (``jailed.check_in_jail``), and in its rollouts it answers, from
+the jail, which node the trusted inner search expands next (``jailed.run_searches``).
 
 Modules: ``tree`` (ERA flat tree, FlatPuct, PrioritySelection), ``gate`` and ``smoke`` (proposal
 gates), ``values`` (slot value kinds), ``rewards``, ``inner`` (one inner search, domains,
-c-sweep), ``landscape`` / ``binpack`` / ``harbor`` (stages 0-2), ``mutate`` (offline
-proposals), ``stats`` (paired gate, validation, transfer).
+c-sweep), ``jailed`` and ``jail_harness`` (the two sides of the jail), ``landscape`` /
+``binpack`` / ``harbor`` (stages 0-2), ``mutate`` (offline proposals), ``stats`` (paired gate,
+validation, transfer).
 """
 
 from algorithms.meta.gate import PRIORITY_SEED, InvalidProposal

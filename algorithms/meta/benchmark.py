@@ -18,11 +18,13 @@ drawn from disjoint instance-id ranges so no two ever share an instance:
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import Field, field_validator
 
 from algorithms.meta.inner import Domain, domain_named
+from algorithms.meta.jailed import HARNESS, support_files
 from algorithms.meta.rewards import Reward, reward_named
 from rsi.benchmark import Benchmark, BenchmarkParams, Score, Task
 from rsi.errors import ConfigError
@@ -56,9 +58,15 @@ class MetaParams(BenchmarkParams):
 
 
 class MetaBenchmark(Benchmark):
-    """Splits of ``(family, instance, seed)`` tasks; subclasses name the two families."""
+    """Splits of ``(family, instance, seed)`` tasks; subclasses name the two families.
+
+    The jailed script that runs a rule (``algorithms/meta/jail_harness.py``) and the pure
+    modules it loads are this suite's harness files: read-only in the jail, and part of the
+    rollout cache's fingerprint."""
 
     Params: ClassVar[type[MetaParams]] = MetaParams
+    harness: ClassVar[Path | None] = HARNESS
+    harness_support: ClassVar[tuple[Path, ...]] = support_files()
     source: ClassVar[str]
     target: ClassVar[str]
 

@@ -1,11 +1,15 @@
 """The gates a proposed decision rule passes before it becomes a candidate.
 
-This gate confines a rewrite to *making decisions*; it is not a sandbox. A determined author
-can still write a policy that loops forever or allocates without bound: isolation comes from
-running inner problems in worker processes (Ray tasks, containers), never in the driver. What
-the gate does guarantee is that an accepted rule is structurally what its slot expects, was
-built without touching the interpreter's machinery, and survived its slot's smoke test, so a
-rejected proposal is rejected at proposal time, never half-way through an inner search.
+This gate confines a rewrite to *making decisions*; it is not a sandbox. A module attribute
+(``random._os``, ``dataclasses.sys``) reaches the whole interpreter past any AST walk, so
+candidate source is never executed in the driver, an actor or a Ray worker: the AST layers
+(``prefilter``) run there as a fast pre-filter that executes nothing, and every layer that runs
+candidate code (the build, the grid, the smoke test, the inner searches) runs in the rollout
+jail (``algorithms.meta.jailed`` and its jailed script ``jail_harness.py``). What the gate does
+guarantee is that an accepted rule is structurally what its slot expects and survived its
+slot's smoke test, so a rejected proposal is rejected at proposal time, never half-way through
+an inner search. ``build_priority``/``build_policy`` execute the source in the calling process:
+for trusted text (the engine's own seed rules, tests) and for the jailed script itself.
 
 Two faces:
 
@@ -26,6 +30,7 @@ import builtins
 import itertools
 import math
 import re
+import types
 from typing import Any, Callable
 
 from algorithms.meta.tree import PrioritySelection
@@ -184,14 +189,19 @@ def _check_grid(priority: Callable) -> None:
             raise InvalidProposal(f"priority{point} returned {value!r}; every value must be a finite number")
 
 
+def check_priority_ast(source: Any) -> ast.Module:
+    """The narrow face's AST layers alone: parse and whitelist. Executes nothing."""
+    module = _parse(source)
+    _check_face_ast(module)
+    return module
+
+
 def check_priority_source(source: Any) -> Callable:
     """The narrow-face gate: AST whitelist, then finite values over the whole grid.
 
     Returns the compiled function; nothing is executed before the AST check passed.
     """
-    module = _parse(source)
-    _check_face_ast(module)
-    priority = _face_function_object(module)
+    priority = _face_function_object(check_priority_ast(source))
     _check_grid(priority)
     return priority
 
@@ -285,15 +295,20 @@ def check_policy_ast(source: Any) -> ast.Module:
 def build_policy(source: Any, slot: str) -> Any:
     """All four layers: AST walk, restricted build with no-argument construction, Protocol
     check, smoke test. Nothing is executed before the AST walk passed."""
+    return build_checked_policy(check_policy_ast(source), slot)
+
+
+def build_checked_policy(module: Any, slot: str) -> Any:
+    """Layers 2-4 on a module that passed ``check_policy_ast`` (or its compiled code object):
+    this executes candidate code."""
     from algorithms.meta.smoke import smoke
 
-    module = check_policy_ast(source)
     allowed = IMPORTS | frozenset(VALUE_TYPES)
     namespace = {"__builtins__": SAFE_BUILTINS | {"__build_class__": builtins.__build_class__,
                                                   "__import__": _restricted_import(allowed)},
                  "__name__": "rsi_policy"}
     try:
-        exec(compile(module, "<policy>", "exec"), namespace)
+        exec(module if isinstance(module, types.CodeType) else compile(module, "<policy>", "exec"), namespace)
     except Exception as exc:  # candidate code: the failure is the verdict
         raise InvalidProposal(f"building the source failed: {type(exc).__name__}: {exc}") from None
     cls = namespace.get("Policy")
@@ -308,3 +323,25 @@ def build_policy(source: Any, slot: str) -> Any:
         raise InvalidProposal(f"Policy does not implement {protocol.__name__}")
     smoke(slot, obj)
     return obj
+
+
+# ---- the driver's side: what may run outside the jail ---------------------------------------
+#: The two faces as the jail is told them: ``priority`` (the narrow face of node selection) or
+#: ``policy:<slot>`` (a class Policy for that slot).
+PRIORITY_FACE = "priority"
+
+
+def policy_face(slot: str) -> str:
+    slot_spec(slot)  # unknown and machine-level names raise here
+    return f"policy:{slot}"
+
+
+def prefilter(face: str, source: Any) -> None:
+    """The AST layers of ``face`` (no candidate code runs): the fast pre-filter a proposal
+    passes in the driver before the jail builds and smoke-tests it. Same reasons as the gate."""
+    if face == PRIORITY_FACE:
+        check_priority_ast(source)
+    elif face.startswith("policy:"):
+        check_policy_ast(source)
+    else:
+        raise ValueError(f"unknown face {face!r}")

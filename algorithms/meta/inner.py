@@ -3,7 +3,10 @@
 That purity is what makes an inner search a rollout like any other: the outer loop ships the
 policy's source text, a domain name and three integers to a worker and gets back a
 ``MetaOutcome``; the same arguments always give the same curve, so paired comparisons and the
-rollout cache mean something.
+rollout cache mean something. A candidate's rule answers from the rollout jail, one selection
+at a time, while the search itself (``InnerSearch``) runs in the worker
+(``algorithms.meta.jailed``); ``run_inner`` and ``tree_search`` run a policy in this process,
+for the engine's own rules and trusted source text only.
 
 A domain maps an instance id to an ``InnerProblem``: a root and an ``expand(node, rng)`` that
 returns the child's train value (what ranking sees), held-out value (what the curve reports)
@@ -21,7 +24,7 @@ from typing import Any, Iterable, Protocol, Sequence
 import numpy as np
 
 from algorithms.meta.rewards import MetaOutcome, Reward, auc
-from algorithms.meta.tree import FlatPuct, PolicyError, Tree, mix
+from algorithms.meta.tree import FlatPuct, Node, PolicyError, Tree, mix
 from rsi.errors import ConfigError
 
 
@@ -60,40 +63,65 @@ def domain_named(name: str) -> Domain:
     return getattr(importlib.import_module(module), attr)
 
 
-def _summary(tree: Tree, policy: Any, faults_before: int) -> dict:
-    return {
-        "selection": type(policy).__name__,
-        "nodes": len(tree.nodes),
-        "max_depth": max(n.depth for n in tree.nodes),
-        "root_visits": tree.nodes[0].visits,
-        "best_value": tree.nodes[0].best,
-        # A rule whose value raised or was not finite at some node (that node scored -inf).
-        "faults": getattr(policy, "faults", 0) - faults_before,
-    }
+class InnerSearch:
+    """One inner search's trusted state: the tree, the incumbent (the best node by train value,
+    ties: earliest) and the held-out curve. Which node to expand comes from outside: from a
+    policy in this process (``tree_search``) or, answer by answer, from the jail
+    (``algorithms.meta.jailed``). Either way the expansions, the curve and the summary are
+    computed here, so both give the same outcome for the same selections."""
+
+    def __init__(self, problem: InnerProblem, budget: int, key: int = 0, policy: Any = None):
+        self.problem, self.budget = problem, budget
+        self.tree = Tree(policy)
+        start = problem.root()
+        self.incumbent = self.tree.add_root(start.value, start.held_out, start.prior, start.payload, key)
+        self.curve = [self.incumbent.held_out]
+
+    @property
+    def done(self) -> bool:
+        return len(self.curve) - 1 >= self.budget
+
+    def expand(self, parent: Node) -> Node:
+        """Expand ``parent`` (its visit already reserved) and extend the curve."""
+        made = self.problem.expand(parent, random.Random(self.tree.child_key(parent)))
+        child = self.tree.expand(parent, made.value, made.held_out, made.prior, made.payload)
+        if child.value > self.incumbent.value:
+            self.incumbent = child
+        self.curve.append(self.incumbent.held_out)
+        return child
+
+    def outcome(self, selection: str, faults: int, error: str | None = None) -> MetaOutcome:
+        tree = self.tree
+        detail = {
+            "selection": selection,
+            "nodes": len(tree.nodes),
+            "max_depth": max(n.depth for n in tree.nodes),
+            "root_visits": tree.nodes[0].visits,
+            "best_value": tree.nodes[0].best,
+            # A rule whose value raised or was not finite at some node (that node scored -inf).
+            "faults": faults,
+        }
+        if error is not None:
+            detail["error"] = error
+        return MetaOutcome(tuple(self.curve), self.curve[-1], len(self.curve) - 1, detail)
 
 
 def tree_search(problem: InnerProblem, policy: Any, budget: int, key: int = 0) -> MetaOutcome:
-    """``budget`` expansions; the incumbent is the best node by train value (ties: earliest)."""
-    tree, faults_before = Tree(policy), getattr(policy, "faults", 0)
-    start = problem.root()
-    incumbent = tree.add_root(start.value, start.held_out, start.prior, start.payload, key)
-    curve = [incumbent.held_out]
-    for _ in range(budget):
+    """``budget`` expansions, each choice by ``policy`` in this process (trusted policies only:
+    candidate rules are asked from the jail, ``algorithms.meta.jailed``)."""
+    search, faults_before = InnerSearch(problem, budget, key, policy), getattr(policy, "faults", 0)
+    while not search.done:
         try:
-            parent = tree.select()
+            parent = search.tree.select()
         except PolicyError as exc:
-            detail = _summary(tree, policy, faults_before) | {"error": str(exc)}
-            return MetaOutcome(tuple(curve), curve[-1], len(curve) - 1, detail)
-        made = problem.expand(parent, random.Random(tree.child_key(parent)))
-        child = tree.expand(parent, made.value, made.held_out, made.prior, made.payload)
-        if child.value > incumbent.value:
-            incumbent = child
-        curve.append(incumbent.held_out)
-    return MetaOutcome(tuple(curve), curve[-1], budget, _summary(tree, policy, faults_before))
+            return search.outcome(type(policy).__name__, getattr(policy, "faults", 0) - faults_before, str(exc))
+        search.expand(parent)
+    return search.outcome(type(policy).__name__, getattr(policy, "faults", 0) - faults_before)
 
 
 def compile_policy(policy: Any) -> Any:
-    """A NodeSelection object as is; a string is a narrow-face priority source, gated."""
+    """A NodeSelection object as is; a string is a narrow-face priority source, gated and
+    built in this process (trusted text only: candidate rules run in the jail)."""
     if not isinstance(policy, str):
         return policy
     from algorithms.meta.gate import InvalidProposal

@@ -7,7 +7,9 @@ round:
 1. the proposer (the offline symbolic mutator, or an LLM reflector that sees the rule and the
    incumbent's inner curves) writes ``candidates_per_round`` rules;
 2. each proposal is judged in one place (``validate_proposal``): an invalid one is counted in
-   ``invalid_proposals`` and yields no candidate, never a replacement;
+   ``invalid_proposals`` and yields no candidate, never a replacement. The proposal is hostile
+   code: its AST layers run here, its build and smoke test in the rollout jail, and its inner
+   searches ask it for each selection in the jail (``algorithms.meta.jailed``);
 3. every valid candidate is measured on the gate hold-out (train), all of them concurrently,
    paired by instance and seed against the incumbent; ``paired_gate`` accepts only a gain that
    is positive and at least ``z_gate`` standard errors;
@@ -28,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +121,8 @@ class MetaEvolve(Algorithm):
         super().__init__(ctx, params)
         self.p = params
         self.entry = ctx.config.run.target.entry or POLICY_FILE
+        #: The rollout jail's limits: a proposal's check runs there, like its rollouts.
+        self.limits = ctx.config.run.target.limits
         self.train_ids = ctx.evaluator.split_ids("train")
         self.dev_ids = ctx.evaluator.split_ids("dev")
         self.incumbent = ctx.seed_snapshot
@@ -173,7 +178,8 @@ class MetaEvolve(Algorithm):
         t0 = time.monotonic()
         texts = self.propose(self.rule(self.incumbent))
         invalid_before, repeats_before = self.invalid_proposals, self.repeats
-        cands = [c for c in (self.candidate(t) for t in texts) if c is not None]
+        verdicts = self.judge(texts)
+        cands = [c for c in (self.candidate(t, verdicts.get(t)) for t in texts) if c is not None]
         self.gate(cands)
         confirmed = self.confirm([c for c in cands if c.gate.accepted])
         parent = self.incumbent
@@ -215,9 +221,23 @@ class MetaEvolve(Algorithm):
             self.record_prompt(f"reflect-{i + 1}", prompt)
         return [extract_rule(reply) for reply, _usage in self.ctx.workers.ask_many(prompts)]
 
-    def candidate(self, text: str) -> Candidate | None:
-        """The one place a proposal is judged; what fails yields no candidate and is counted."""
-        ok, reason = validate_proposal(value_kind(text), text)
+    def judge(self, texts: list[str]) -> dict[str, tuple]:
+        """``validate_proposal`` of each new text of a round, the jailed checks run concurrently
+        (each is a subprocess: a round waits for the slowest, not the sum). A text measured
+        before is not judged again: it passed, and is a repeat."""
+        todo = list(dict.fromkeys(t for t in texts if t not in self.seen))
+        if len(todo) <= 1:
+            return {t: validate_proposal(value_kind(t, self.limits), t) for t in todo}
+        with ThreadPoolExecutor(max_workers=min(len(todo), 8)) as pool:
+            verdicts = pool.map(lambda t: validate_proposal(value_kind(t, self.limits), t), todo)
+            return dict(zip(todo, verdicts))
+
+    def candidate(self, text: str, verdict: tuple | None = None) -> Candidate | None:
+        """The one place a proposal is judged; what fails yields no candidate and is counted.
+        The AST layers run here; the build and smoke test of the proposal run in the jail."""
+        if verdict is None and text in self.seen:
+            verdict = (True, "")
+        ok, reason = verdict or validate_proposal(value_kind(text, self.limits), text)
         if not ok:
             self.invalid_proposals += 1
             self.decide("invalid", None, self.incumbent.snapshot_id, accepted=False, reason=reason[:300],

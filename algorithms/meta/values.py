@@ -11,6 +11,10 @@ nothing is ever silently replaced by a default.
 | ``SourceSlot(initial, validate, build)`` | source text | ``validate`` and ``build`` must not raise |
 | ``priority_selection()`` | ``def priority(...)`` source | narrow-face AST whitelist + finite grid |
 | ``policy_source(slot)`` | ``class Policy`` source | four layers (``algorithms.meta.gate``) |
+
+The two source faces judge a proposal with their AST layers here and everything that runs it
+(build, grid, smoke test) in the rollout jail: model-written source is never executed in the
+driver. Their ``compile`` builds in this process, for trusted text only.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from algorithms.meta.gate import FACE_ARGS, PRIORITY_SEED, InvalidProposal, build_policy, build_priority
+from algorithms.meta.gate import (FACE_ARGS, PRIORITY_FACE, PRIORITY_SEED, InvalidProposal, build_policy,
+                                  build_priority, policy_face)
 from algorithms.meta.smoke import seed_source
 from algorithms.slots import slot as slot_spec
 
@@ -96,15 +101,37 @@ class ParamSlot:
 
 @dataclass(frozen=True)
 class SourceSlot:
-    """Source text compiled by ``build``; ``validate`` raises on anything ``build`` must not see."""
+    """Source text compiled by ``build``; ``validate`` raises on anything ``build`` must not see.
+
+    ``check``, when set, judges a proposal without building it in this process:
+    ``validate_proposal`` calls it instead of ``compile`` (the meta faces' check runs the rule in
+    the rollout jail). ``compile`` always builds here, so it is for trusted text only.
+    """
 
     initial_value: str
     validate: Callable[[str], None] | None = None
     build: Callable[[str], Any] | None = None
     description: str = ""
+    check: Callable[[str], None] | None = None
 
     def initial(self) -> str:
         return self.initial_value
+
+    def verify(self, value: Any) -> None:
+        """Raise ``InvalidProposal`` unless ``value`` is acceptable (``check`` where set)."""
+        if self.check is None:
+            self.compile(value)
+            return
+        if not isinstance(value, str):
+            raise InvalidProposal(f"a source proposal must be text, got {type(value).__name__}")
+        if self.validate is not None:
+            try:
+                self.validate(value)
+            except InvalidProposal:
+                raise
+            except Exception as exc:  # a user-supplied validate judging candidate text
+                raise InvalidProposal(f"{type(exc).__name__}: {exc}") from None
+        self.check(value)
 
     def compile(self, value: Any) -> Any:
         if not isinstance(value, str):
@@ -128,11 +155,27 @@ class SourceSlot:
         return self.description
 
 
-def priority_selection() -> SourceSlot:
-    """The tree search's narrow face: a scoring function wrapped by ``PrioritySelection``."""
+def _jailed(face: str, limits: Any) -> Callable[[str], None]:
+    """The proposal check of ``face`` run in the rollout jail (``algorithms.meta.jailed``);
+    ``limits``: a ``LimitsConfig``, an ``rsi.sandbox.Limits`` or None (the defaults)."""
+
+    def check(source: str) -> None:
+        from algorithms.meta.jailed import check_in_jail
+        from rsi.sandbox import Limits
+
+        lim = limits if limits is None or isinstance(limits, Limits) else Limits(**limits.model_dump())
+        check_in_jail(source, face, lim)
+
+    return check
+
+
+def priority_selection(limits: Any = None) -> SourceSlot:
+    """The tree search's narrow face: a scoring function wrapped by ``PrioritySelection``.
+    Proposals are judged in the jail (``limits`` bound that run); ``compile`` builds in-process."""
     return SourceSlot(
         PRIORITY_SEED,
         build=build_priority,
+        check=_jailed(PRIORITY_FACE, limits),
         description=(
             f"def priority({', '.join(FACE_ARGS)}) -> float: the node with the highest value is expanded next. "
             "rank in [0, 1] (1 = best value), visits = subtree visits, total = sum of visits over all nodes, "
@@ -143,12 +186,14 @@ def priority_selection() -> SourceSlot:
     )
 
 
-def policy_source(slot: str) -> SourceSlot:
-    """Any slot: the full source of a ``class Policy`` implementing the slot's Protocol."""
+def policy_source(slot: str, limits: Any = None) -> SourceSlot:
+    """Any slot: the full source of a ``class Policy`` implementing the slot's Protocol.
+    Proposals are judged in the jail (``limits`` bound that run); ``compile`` builds in-process."""
     spec = slot_spec(slot)
     return SourceSlot(
         seed_source(slot),
         build=lambda source: build_policy(source, slot),
+        check=_jailed(policy_face(slot), limits),
         description=(
             f"the full source of `class Policy` implementing {spec.protocol.__name__}, constructible with no "
             "arguments. Imports: math, random, statistics, itertools, collections, functools, dataclasses, "
@@ -159,9 +204,11 @@ def policy_source(slot: str) -> SourceSlot:
 
 
 def validate_proposal(kind: Any, value: Any) -> tuple:
-    """``(ok, reason)``: the one place a proposal is judged. ``kind`` is a slot value kind."""
+    """``(ok, reason)``: the one place a proposal is judged. ``kind`` is a slot value kind; one
+    with a ``verify`` judges without running the proposal here (the meta faces: in the jail)."""
     try:
-        kind.compile(value)
+        verify = getattr(kind, "verify", None)
+        (verify or kind.compile)(value)
     except InvalidProposal as exc:
         return False, str(exc)
     return True, ""
