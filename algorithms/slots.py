@@ -27,7 +27,7 @@ from typing import Any, Protocol, Sequence, runtime_checkable
 
 from rsi.errors import ConfigError
 
-#: Float comparisons of gate figures use this tolerance (specs/darwinx.md).
+#: Float comparisons of gate figures use this tolerance (docs/algorithms/darwinx.md).
 TOLERANCE = 1e-12
 
 

@@ -1,4 +1,4 @@
-"""ADAS: Meta Agent Search over a growing archive, scored on dev (specs/adas.md).
+"""ADAS: Meta Agent Search over a growing archive, scored on dev (docs/algorithms/adas.md).
 
 A meta agent reads the whole archive of evaluated designs (each one's account and dev score),
 edits the harness directory into the next design, reviews its own files ``num_reflections``
@@ -9,7 +9,7 @@ earlier design); at the end the best archived design is promoted with the whole 
 runner measures test once afterwards; test traces never reach the archive or any prompt.
 
 Port of the search mechanism of ShengranHu/ADAS (Automated Design of Agentic Systems). The
-upstream commit is not pinned by the seed this follows and has not been verified here.
+upstream commit it follows is not pinned and has not been verified here.
 Differences from upstream:
 
 - The design is the harness directory, not a ``forward()`` code string in the upstream agent

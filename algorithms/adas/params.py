@@ -1,4 +1,4 @@
-"""ADAS parameters (specs/adas.md): defaults and ranges."""
+"""ADAS parameters (docs/algorithms/adas.md): defaults and ranges."""
 
 from __future__ import annotations
 

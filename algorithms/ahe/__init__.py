@@ -1,5 +1,5 @@
 """AHE: Agentic Harness Engineering — Agent Debugger, Evolve Agent, attributed verdicts
-(specs/ahe.md).
+(docs/algorithms/ahe.md).
 
 The harness is evolved as a directory the worker edits itself. What makes each edit
 falsifiable is its manifest: the Evolve Agent declares which files it changed and which train
@@ -10,7 +10,7 @@ with the original contents of the changed files to roll back to). Train is the o
 search sees; dev and test traces never reach the debugger or the Evolve Agent, and the runner
 measures test once at the end.
 
-Reference: the seed names upstream china-qijizhifeng/agentic-harness-engineering at commit
+Reference: upstream china-qijizhifeng/agentic-harness-engineering at commit
 8b2a55d97590363fe50c3cc6b5e833b020a4bb4c; that hash was carried over from an earlier
 implementation and has not been independently verified. This is a port of the paper's default
 (published) path, not a line-by-line reproduction. Differences:

@@ -1,4 +1,4 @@
-"""AHE parameters (specs/ahe.md): defaults and ranges. Unknown keys (such as the removed
+"""AHE parameters (docs/algorithms/ahe.md): defaults and ranges. Unknown keys (such as the removed
 ``mode``) are errors, not silently ignored."""
 
 from __future__ import annotations

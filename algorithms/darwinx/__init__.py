@@ -1,4 +1,4 @@
-"""DarwinX: preserve-and-extend search (specs/darwinx.md).
+"""DarwinX: preserve-and-extend search (docs/algorithms/darwinx.md).
 
 A candidate joins the confirmed population only if, re-measured on the whole train pool, it
 gains without losing what its lineage already solved. A cheap screen on a random subset
@@ -7,12 +7,12 @@ specialists included) so recombination can merge complementary abilities.
 
 Mechanism port of the paper and the official Beagle code, not a reproduction of its
 experiments. Differences from full Beagle: Snapshot + records instead of Git worktrees,
-SQLite and a campaign supervisor (and unlike the seed, a killed run resumes); a fixed train
+SQLite and a campaign supervisor (and a killed run resumes: ``rsi resume``); a fixed train
 pool, numeric gates and a lineage solved invariant; uniform exploration; pairs ranked by the
 size of the union of solved sets; one edit per step (no internal analyze/implement/review
 loop); two-branch merges only; no verifier/anti-cheat and no teacher model.
 
-Beyond the seed: parent and candidate measurements (and all ``parallel_candidates`` of a
+Added here: parent and candidate measurements (and all ``parallel_candidates`` of a
 round) run concurrently on the cluster, decided in candidate order; each confirm also reports
 a paired uncertainty figure (sign test, bootstrap interval).
 """

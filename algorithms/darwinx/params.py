@@ -1,4 +1,4 @@
-"""DarwinX parameters (specs/darwinx.md): defaults, ranges and cross-field rules."""
+"""DarwinX parameters (docs/algorithms/darwinx.md): defaults, ranges and cross-field rules."""
 
 from __future__ import annotations
 
