@@ -64,6 +64,7 @@ def dumps(obj: Any) -> str:
 
 
 STATE = "state/latest.json.gz"
+STATE_LISTS = "__list_lengths__"  # in STATE: the lists kept in state/<key>.jsonl, and how many items
 
 
 class RunRecords:
@@ -73,6 +74,7 @@ class RunRecords:
         self._local = isinstance(fs, pafs.LocalFileSystem)
         self._trace_cache: dict[str, list[str]] = {}
         self._decision_count: int | None = None  # counted once, then kept here
+        self._state_lists: dict[str, list[str]] = {}  # what state/<key>.jsonl holds, as written
         #: Called with each decision's record once it is on storage (a live experiment tracker).
         self.decision_listeners: list = []
 
@@ -134,7 +136,12 @@ class RunRecords:
             return f.read()
 
     def append_line(self, rel: str, obj: Any) -> None:
-        line = (dumps(obj) + "\n").encode()
+        self.append_text(rel, dumps(obj) + "\n")
+
+    def append_text(self, rel: str, text: str) -> None:
+        """Append and fsync (local storage); object stores have no append: there the file is
+        rewritten whole, which is atomic per object."""
+        line = text.encode()
         with self._lock:
             dest = self.path(rel)
             if self._local:
@@ -166,7 +173,10 @@ class RunRecords:
             return
         lines = self.read_bytes(rel).decode().splitlines(keepends=True)
         if len(lines) > keep or (lines and not lines[-1].endswith("\n")):
-            self.write_bytes(rel, "".join(lines[:keep]).encode())
+            # A whole line that lost only its newline to the kill is kept, terminated: the next
+            # append must start a line of its own.
+            kept = [line if line.endswith("\n") else line + "\n" for line in lines[:keep]]
+            self.write_bytes(rel, "".join(kept).encode())
 
     # ---- run files -----------------------------------------------------------------------
     def write_config(self, redacted: dict) -> None:
@@ -208,16 +218,43 @@ class RunRecords:
         return json.loads(self.read_bytes(rel))
 
     def write_state(self, state: dict) -> None:
-        """The algorithm's state after a step, for resume: compact gzipped JSON, replaced whole
-        (atomically) every step, so its size is what each step pays in writes."""
-        self.write_bytes(STATE, gzip.compress(dumps(state).encode(), compresslevel=1))
+        """The algorithm's state after a step, for resume, written so a step pays for what it
+        changed, not for the whole history: every list in the state (an archive, a lineage, the
+        declined edits) lives in ``state/<key>.jsonl`` and only its new items are appended; the
+        rest, with each list's length, is the small ``state/latest.json.gz``, replaced atomically
+        last. A list whose earlier items changed is rewritten whole. A step cut short leaves
+        lines past the recorded lengths, which reading ignores."""
+        small, lengths = {}, {}
+        for key, value in state.items():
+            if not (isinstance(value, list) and re.fullmatch(r"[A-Za-z0-9_]+", key)):
+                small[key] = value
+                continue
+            lines = [dumps(item) + "\n" for item in value]
+            known = self._state_lists.get(key)
+            rel = f"state/{key}.jsonl"
+            if known is not None and lines[: len(known)] == known:
+                if len(lines) > len(known):
+                    self.append_text(rel, "".join(lines[len(known):]))
+            else:
+                self.write_bytes(rel, "".join(lines).encode())
+            self._state_lists[key] = lines
+            lengths[key] = len(lines)
+        small[STATE_LISTS] = lengths
+        self.write_bytes(STATE, gzip.compress(dumps(small).encode(), compresslevel=1))
 
     def read_state(self) -> dict:
-        """The last saved state; ``{}`` before the first step (a run from before states were
-        compressed keeps a plain ``state/latest.json``)."""
+        """The last saved state; ``{}`` before the first step. (Runs from before lists were kept
+        apart hold the whole state in ``state/latest.json.gz``, or a plain ``state/latest.json``.)"""
         if self.exists(STATE):
-            return json.loads(gzip.decompress(self.read_bytes(STATE)))
-        return self.read_json("state/latest.json") if self.exists("state/latest.json") else {}
+            state = json.loads(gzip.decompress(self.read_bytes(STATE)))
+        elif self.exists("state/latest.json"):
+            state = self.read_json("state/latest.json")
+        else:
+            return {}
+        for key, n in state.pop(STATE_LISTS, {}).items():
+            lines = self.read_bytes(f"state/{key}.jsonl").decode().splitlines()[:n] if n else []
+            state[key] = [json.loads(line) for line in lines]
+        return state
 
     def write_rollouts(self, table: pa.Table, tag: str) -> str:
         rel = f"rollouts/{time.time_ns()}-{tag}.parquet"

@@ -219,8 +219,6 @@ def test_truncate_drops_lines_past_keep_and_leaves_an_intact_file_alone(tmp_path
     assert not records.exists("never-written.jsonl")
 
 
-@pytest.mark.xfail(strict=True, reason="known defect: truncate_lines keeps a last line that lost only its "
-                                       "newline, so the next decision is appended onto it")
 def test_a_last_decision_that_lost_only_its_newline_survives_resume(tmp_path):
     records = local(tmp_path)
     (tmp_path / "run" / "decisions.jsonl").write_text('{"step":0}\n{"step":1}')  # killed before the "\n"

@@ -73,3 +73,27 @@ def test_a_run_with_a_plain_state_file_still_resumes(tmp_path):
     records = object_store_records(tmp_path)
     records.write_json("state/latest.json", {"step": 2, "note": "written before states were compressed"})
     assert records.read_state() == {"step": 2, "note": "written before states were compressed"}
+
+
+def test_state_lists_are_appended_not_rewritten_and_a_torn_step_is_ignored(tmp_path):
+    """A step pays for what it changed: an archive that grows is appended to; a list whose
+    earlier items changed is rewritten; lines past the recorded length (a step cut short) are
+    never read back."""
+    from rsi.records import RunRecords
+
+    records = RunRecords.create(str(tmp_path), "s", str(tmp_path / "run"))
+    records.write_config({"name": "s"})
+    archive = tmp_path / "run" / "state" / "archive.jsonl"
+    for step in range(1, 4):
+        state = {"step": step, "archive": [{"i": i} for i in range(step)], "rng": [3, [step], None]}
+        records.write_state(state)
+        assert records.read_state() == state
+    inode, size = archive.stat().st_ino, archive.stat().st_size
+    records.write_state({"step": 4, "archive": [{"i": i} for i in range(4)], "rng": [3, [4], None]})
+    assert archive.stat().st_ino == inode and archive.stat().st_size == size + len('{"i":3}\n'), "appended in place"
+    changed = {"step": 5, "archive": [{"i": -1}] + [{"i": i} for i in range(1, 4)], "rng": [3, [5], None]}
+    records.write_state(changed)
+    assert records.read_state() == changed and archive.stat().st_ino != inode, "rewritten when history changed"
+    with open(archive, "a") as f:
+        f.write('{"i": 99}\n{"torn"')  # a step killed after appending, before its small file
+    assert RunRecords.open(str(tmp_path / "run")).read_state() == changed
