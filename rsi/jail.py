@@ -110,12 +110,19 @@ def traversable_by_others(path: str) -> bool:
 
 
 def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmpfs_mb: int,
-            stage: bool, enter: Sequence[str] = (), binds: Mapping[str, str] | None = None) -> list[str]:
+            stage: bool, enter: Sequence[str] = (), binds: Mapping[str, str] | None = None,
+            fds: list[int] | None = None) -> list[str]:
     """The argv that runs ``argv`` in a fresh jail. ``harness`` maps host files to their names
     under ``/harness``; ``binds`` maps host paths to absolute jail paths, writable (a model
     proxy's socket directory); ``enter`` is exec'd right before bubblewrap (rlimits, the uid change).
     With ``stage`` (a root caller whose ``enter`` drops to a slot uid), sources that uid could
-    not open are first bound onto mount points in a private mount namespace, as root."""
+    not open are first bound onto mount points in a private mount namespace, as root.
+
+    The checkout is copied into the jail's own size-capped tmpfs at ``/checkout`` from file
+    descriptors opened here (appended to ``fds``; the caller passes them to the child and closes
+    them after the start): the candidate's writable copy costs no host disk, is bounded like its
+    ``/tmp``, and vanishes with the jail. Last, the jail's root is remounted read-only, so the
+    directories bubblewrap made for its mount points are no scratch space."""
     bwrap = bwrap_path()
     if bwrap is None:
         raise JailUnavailable("bubblewrap (bwrap) is not installed")
@@ -145,12 +152,13 @@ def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmp
     for pkg in masked_packages():
         cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/dev/shm", "--bind", src(str(checkout)), CHECKOUT]
+            "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", CHECKOUT]
+    cmd += _copy_in(checkout, fds if fds is not None else [])
     for host, name in harness.items():
         cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
     for host, dest in (binds or {}).items():
         cmd += ["--bind", src(host), dest]
-    cmd = [*enter, *cmd, "--chdir", CHECKOUT, "--", *argv]
+    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
     if not staged:
         return cmd
     _ensure_stage_points(len(staged))
@@ -161,6 +169,26 @@ def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmp
         raise JailUnavailable("util-linux unshare is not installed (needed by a root caller)")
     return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
             *(x for pair in staged for x in pair), *cmd]
+
+
+def _copy_in(root: Path, fds: list[int]) -> list[str]:
+    """bubblewrap arguments that recreate the tree at ``root`` under ``/checkout``: each
+    directory made, each file copied from a descriptor opened now (as the caller, so a root
+    caller's 0700 checkout needs no change of owner), executables kept executable."""
+    args: list[str] = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for d in sorted(dirnames):
+            args += ["--dir", f"{CHECKOUT}/{os.path.normpath(os.path.join(rel_dir, d))}"]
+        for f in sorted(filenames):
+            path = os.path.join(dirpath, f)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue  # snapshots hold regular files only
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            fds.append(fd)
+            mode = "0755" if os.stat(fd).st_mode & stat.S_IXUSR else "0644"
+            args += ["--perms", mode, "--file", str(fd), f"{CHECKOUT}/{os.path.normpath(os.path.join(rel_dir, f))}"]
+    return args
 
 
 def _ensure_stage_points(n: int) -> None:
@@ -204,7 +232,7 @@ def probe(slot_uid: int | None) -> None:
             enter = ["setpriv", f"--reuid={slot_uid}", f"--regid={slot_uid}", "--clear-groups", "--inh-caps=-all",
                      "--no-new-privs", "--"]
         argv = [sys.executable, "-c", "import os; print(os.getuid())"]
-        cmd = command(argv, Path(tmp), {}, 1, stage=slot_uid is not None, enter=enter)
+        cmd = command(argv, Path(tmp), {}, 1, stage=slot_uid is not None, enter=enter, fds=[])
         try:
             done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
                                   env={"PATH": os.defpath})

@@ -88,6 +88,7 @@ STATUSES = ("ok", "error", "timeout", "protocol_error")
 BACKENDS = ("auto", "bwrap", "process")
 
 _TAIL_BYTES = 4096  # what a trace keeps of stdout/stderr
+_DIALOGUE_LINE_BYTES = 1 << 20  # one answer in a dialogue (a bin index, a node) is far shorter
 _READ_BYTES = 1 << 16
 _EXIT_GRACE_S = 1.0  # after the main process exits, how long pipes held by escapees may stay open
 _POLL_S = 0.01  # exit polling where pidfd is missing (non-Linux, old kernels)
@@ -234,8 +235,6 @@ def run_program(
     try:
         if jailed:
             jail.probe(_probe_uid() if slot is not None else None)  # once per process
-            if slot is not None:
-                _give_to(cwd, slot.uid)
             private = {"HOME": "/tmp", "TMPDIR": "/tmp", "TEMP": "/tmp", "TMP": "/tmp"}
         else:
             if slot is not None:
@@ -293,14 +292,6 @@ def _probe_uid() -> int:
     return _slot_base() - 1
 
 
-def _give_to(root: Path, uid: int) -> None:
-    """The checkout becomes the rollout uid's own: a private writable copy, removed after."""
-    os.chown(root, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            os.lchown(os.path.join(dirpath, name), uid, uid)
-
-
 # ---- starting the child ------------------------------------------------------------------
 
 
@@ -319,13 +310,14 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
     argv = [exe, *argv[1:]]
     rlimits = _rlimits(limits, slot, jailed=harness is not None)
     uid = slot.uid if slot is not None else None
+    fds: list[int] = []  # the checkout's files, read by bubblewrap into the jail
     if harness is not None:  # the bubblewrap jail: rlimits and the uid change, then bubblewrap
         tools = _util_linux(uid is not None, False)
         if tools is None:
             raise jail.JailUnavailable("util-linux prlimit and setpriv are needed to enter the jail")
         enter = _jail_argv(tools, [], rlimits, uid, False)
         cmd = jail.command(jail.translate(argv, cwd, harness), cwd, {h: n for h, n in harness.items()},
-                           limits.tmpfs_mb, stage=uid is not None, enter=enter, binds=binds)
+                           limits.tmpfs_mb, stage=uid is not None, enter=enter, binds=binds, fds=fds)
         preexec, cwd = None, Path("/")
     else:
         keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
@@ -337,7 +329,7 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
     try:
         return subprocess.Popen(
             cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=preexec, close_fds=True, bufsize=0,
+            start_new_session=True, preexec_fn=preexec, close_fds=True, bufsize=0, pass_fds=fds,
         )
     except subprocess.SubprocessError as exc:  # raised by preexec: rlimits or the uid change
         raise RsiError(f"could not enter the sandbox ({exc}); root needs CAP_SETUID and CAP_SETGID") from exc
@@ -345,6 +337,9 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
         if tools is not None:
             raise RsiError(f"cannot start {cmd[0]}: {exc}") from exc
         return _cannot_start(argv[0], cwd, exc.strerror)
+    finally:
+        for fd in fds:  # the child holds its own copies until bubblewrap has read the files
+            os.close(fd)
 
 
 def _resolve(name: str, cwd: Path, path: str) -> str | None:
@@ -867,6 +862,9 @@ class _Pump:
         self.partial += data
         *lines, rest = self.partial.split(b"\n")
         self.partial = bytearray(rest)
+        if len(self.partial) > _DIALOGUE_LINE_BYTES:  # never ends a line: held memory stays bounded
+            self.run_.broken = f"a dialogue line longer than {_DIALOGUE_LINE_BYTES} bytes"
+            return False
         for line in lines:
             if self.said_all:
                 self.run_.broken = "a line after the dialogue ended"

@@ -160,6 +160,39 @@ def test_nothing_the_rollout_wrote_or_started_outlives_it(tmp_path):
     assert alive == [], "the daemon outlived its rollout"
 
 
+def test_the_checkout_copy_and_the_jail_root_hold_no_unbounded_writes(tmp_path):
+    """The writable checkout lives in the jail's own size-capped tmpfs (no host disk); the
+    directories bubblewrap made for its mount points are read-only."""
+    out = report(rollout(tmp_path, """
+        import json, os
+        written, err = 0, None
+        try:
+            for i in range(1000):  # 1 GB asked for, as many 1 MB files
+                with open(f"fill-{i}", "wb") as f:
+                    f.write(b"x" * (1 << 20))
+                written += 1
+        except OSError as exc:
+            err = type(exc).__name__ + str(exc.errno)
+        for i in range(written):
+            os.remove(f"fill-{i}")
+        roots = {}
+        for d in ("/", "/work", "/root", "/usr", "/checkout"):
+            try:
+                with open(os.path.join(d, "x"), "w") as f:
+                    f.write("x")
+                roots[d] = "written"
+            except OSError as exc:
+                roots[d] = exc.errno
+        print(json.dumps({"written_mb": written, "err": err, "roots": roots}))
+    """, tmpfs_mb=16, file_size_mb=1024))
+    import errno
+
+    assert out["err"] == f"OSError{errno.ENOSPC}" and out["written_mb"] <= 16
+    assert out["roots"] == {"/": errno.EROFS, "/work": errno.EROFS, "/root": errno.EROFS, "/usr": errno.EROFS,
+                            "/checkout": "written"}
+    assert not list(tmp_path.glob("checkout-*/fill-*")), "nothing reached the host's copy"
+
+
 def test_tmpfs_and_open_files_are_capped(tmp_path):
     out = report(rollout(tmp_path, """
         import json, os, resource
