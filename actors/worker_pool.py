@@ -22,7 +22,7 @@ from typing import Iterator
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from rsi.errors import WorkerError
+from rsi.errors import Rejected, WorkerError
 from rsi.snapshot import Snapshot, scan_tree
 from rsi.workers.base import REF_DIR, EditResult
 
@@ -55,7 +55,7 @@ class WorkerActor:
             if rel_refs:
                 _writable(work / REF_DIR)
                 shutil.rmtree(work / REF_DIR, ignore_errors=True)
-            return EditResult(scan_tree(work), reply, dict(vars(self.worker.usage)), self.worker.get_state())
+            return _edit_result(work, reply, dict(vars(self.worker.usage)), self.worker.get_state())
         finally:
             _writable(work)
             shutil.rmtree(work, ignore_errors=True)
@@ -77,12 +77,12 @@ class WorkerActor:
         reply = self.worker.edit(self._session(session), prompt, None)
         return reply, dict(vars(self.worker.usage))
 
-    def close_session(self, session: str, keep: bool = True):
-        """-> (tree, worker state), or None when ``keep`` is false; the checkout is removed."""
+    def close_session(self, session: str, keep: bool = True) -> EditResult | None:
+        """The session's edited tree (None when ``keep`` is false); the checkout is removed."""
         work = self._session(session)
         del self.sessions[session]
         try:
-            return (scan_tree(work), self.worker.get_state()) if keep else None
+            return _edit_result(work, "", dict(vars(self.worker.usage)), self.worker.get_state()) if keep else None
         finally:
             _writable(work)
             shutil.rmtree(work, ignore_errors=True)
@@ -104,11 +104,18 @@ class EditSession:
         reply, _usage = ray.get(self.actor.session_edit.remote(self.session, prompt))
         return reply
 
-    def tree(self) -> dict:
-        """The edited tree {path: (bytes, executable)}; ends the session."""
+    def tree(self) -> EditResult:
+        """The edited tree (``EditResult.tree``: {path: (bytes, executable)}); ends the session."""
         self.closed = True
-        tree, _state = ray.get(self.actor.close_session.remote(self.session))
-        return tree
+        return ray.get(self.actor.close_session.remote(self.session))
+
+
+def _edit_result(work: Path, reply: str, usage: dict, state: dict) -> EditResult:
+    """The edited checkout as a tree, or the reason it cannot be one (a symlink out of it)."""
+    try:
+        return EditResult(scan_tree(work), reply, usage, state)
+    except Rejected as exc:
+        return EditResult({}, reply, usage, state, rejected=exc)
 
 
 def _read_only(root: Path) -> None:

@@ -14,7 +14,7 @@ line and a policy written as source text can import them (they are on the gate's
 | merge_pairing | ``pairs(entries) -> [(primary, donor)]`` | complementary pairs by union of solved sets |
 | promotion | ``choose(members) -> member`` | highest train mean among confirmed members |
 
-``rng`` is always a ``random.Random`` owned by the caller (seeded from the run's seed), so a
+``rng`` is always a ``random.Random`` owned by the caller (DarwinX's own ``algorithm.seed``), so a
 policy never holds hidden global randomness and a resumed run draws the same sequence.
 """
 

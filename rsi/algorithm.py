@@ -30,6 +30,7 @@ from rsi.prompting import evidence
 from rsi.records import RunRecords
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot
+from rsi.workers.base import EditResult
 
 
 class AlgorithmParams(BaseModel):
@@ -180,11 +181,14 @@ class Algorithm:
         used = self.usage()
         status.spend_usd = used.get("cost_usd", 0.0) + used.get("rollout_cost_usd", 0.0)
 
-    def commit_or_decline(self, parent: Snapshot, tree: dict, ignore=(), step: int | None = None,
+    def commit_or_decline(self, parent: Snapshot, edit: "EditResult | dict", ignore=(), step: int | None = None,
                           **figures) -> Snapshot | Decision:
-        """The child snapshot of an edited tree, or the ``decline`` decision recorded for it
-        (the run goes on; the caller reads why from the returned decision)."""
+        """The child snapshot of an edit (a worker's ``EditResult``, or a tree), or the ``decline``
+        decision recorded for it (the run goes on; the caller reads why from the decision)."""
         try:
+            if isinstance(edit, EditResult) and edit.rejected is not None:
+                raise edit.rejected
+            tree = edit.tree if isinstance(edit, EditResult) else edit
             child = parent.commit_tree(tree, self.ctx.config.run.target.evolve_scope,
                                        secrets=self.ctx.secrets, ignore=ignore)
         except Rejected as exc:
@@ -193,19 +197,20 @@ class Algorithm:
         self.ctx.records.put_snapshot(child)
         return child
 
-    def commit(self, parent: Snapshot, tree: dict, ignore=(), **figures) -> Snapshot | None:
+    def commit(self, parent: Snapshot, edit: "EditResult | dict", ignore=(), **figures) -> Snapshot | None:
         """``commit_or_decline`` for callers that need only the child (None: declined)."""
-        child = self.commit_or_decline(parent, tree, ignore, **figures)
+        child = self.commit_or_decline(parent, edit, ignore, **figures)
         return child if isinstance(child, Snapshot) else None
 
     def evidence(self, text: str, max_chars: int) -> str:
         """``rsi.prompting.evidence``: the newest evidence kept, the cut marked."""
         return evidence(text, max_chars)
 
-    def record_prompt(self, role: str, text: str) -> str:
+    def record_prompt(self, role: str, text: str, step: int | None = None) -> str:
         """Keep what a worker was shown beside the decisions, ``prompts/<step>-<role>.md``, so a
         run can be audited for what evidence reached which call (test traces never do)."""
-        rel = f"prompts/{self.step:04d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', role)}.md"
+        step = self.step if step is None else step
+        rel = f"prompts/{step:04d}-{re.sub(r'[^A-Za-z0-9_.-]+', '_', role)}.md"
         self.ctx.records.write_bytes(rel, text.encode())
         return rel
 

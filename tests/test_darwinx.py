@@ -373,3 +373,19 @@ def test_quickstart_runs_end_to_end_at_a_reduced_size(tmp_path, ray_session):
         assert r.records.get_snapshot(d["parent_id"]).changed_paths(child) == ["heuristic.py"]
     report = {row["dataset"]: row for row in summary["test_report"]}
     assert set(report) == {"OR1"} and report["OR1"]["best_fit_pct"] is not None
+
+
+def test_an_edit_leaving_a_symlink_out_of_the_checkout_is_a_decline(tmp_path, ray_session):
+    """The worker's checkout is read where it was edited; a symlink leaving it is refused there
+    and comes back as a recorded ``symlink_escape`` decline, and the search goes on."""
+    table = {"splits": SPLITS, "scores": {"v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+                                          "v1": {"t1": 0.5, "t2": 0.2, "t3": 0.2, "x1": 0.4}}}
+    edits = [{"links": {"notes.md": "/etc/passwd"}, "reply": "a link out"}, version("v1")]
+    decisions, summary, records = run(scenario(tmp_path, table, edits, {"max_steps": 2, "merge_every": 0}))
+    prompts = sorted(p.name for p in (records.local_path() / "prompts").iterdir())
+    assert prompts == ["0001-mutate.md", "0002-distil.md", "0002-mutate.md"], "every prompt a worker was shown"
+    decline, = of(decisions, "decline")
+    assert (decline["step"], decline["reason_code"], decline["accepted"]) == (1, "symlink_escape", False)
+    assert "points outside the tree" in decline["detail"]
+    assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(2, True)]
+    assert summary["snapshot_id"] == of(decisions, "confirm")[0]["snapshot_id"]

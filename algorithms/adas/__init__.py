@@ -40,6 +40,7 @@ from algorithms.adas import _prompts
 from algorithms.adas.params import ADASParams
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
+from rsi.workers.base import EditResult
 from rsi.prompting import component_table, evidence, render, tagged
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot
@@ -116,7 +117,7 @@ class ADAS(Algorithm):
         reply gives none, and the last one given stands."""
         return tagged(reply, "DESIGN") if reply.strip() else previous
 
-    def commit_design(self, parent: Snapshot, tree: dict, account: str) -> Snapshot | None:
+    def commit_design(self, parent: Snapshot, tree: EditResult, account: str) -> Snapshot | None:
         child = self.commit_or_decline(parent, tree, account=account)
         if isinstance(child, Decision):
             self.declined_designs.append({"step": self.step, "parent_id": parent.snapshot_id,

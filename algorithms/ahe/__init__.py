@@ -48,6 +48,7 @@ from algorithms.ahe.manifest import ManifestError, flips, parse_manifest, passes
 from algorithms.ahe.params import AHEParams
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
+from rsi.workers.base import EditResult
 from rsi.errors import ConfigError
 from rsi.prompting import MIN_EVIDENCE_CHARS, component_table, evidence, render, split_budget
 from rsi.results import ScoreMatrix
@@ -122,7 +123,7 @@ class AHE(Algorithm):
             self.diagnosis = (parent.snapshot_id, diagnosis)
         edited = self.ctx.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
         reply = edited.reply
-        child, discarded = self.commit_edit(parent, edited.tree)
+        child, discarded = self.commit_edit(parent, edited)
         if child is None:
             return
         changed = parent.changed_paths(child)
@@ -210,10 +211,10 @@ class AHE(Algorithm):
         return text
 
     # ---- pieces --------------------------------------------------------------------------
-    def commit_edit(self, parent: Snapshot, tree: dict) -> tuple[Snapshot | None, list[str]]:
+    def commit_edit(self, parent: Snapshot, edited: EditResult) -> tuple[Snapshot | None, list[str]]:
         """Discard runtime artifacts, then commit; a rejection is a recorded decline."""
-        discarded = runtime_artifacts(tree)
-        child = self.commit_or_decline(parent, tree, discarded_runtime_files=discarded)
+        discarded = runtime_artifacts(edited.tree)
+        child = self.commit_or_decline(parent, edited, discarded_runtime_files=discarded)
         if isinstance(child, Decision):
             self.declined_edits.append({"step": self.step, "reason": child.reason,
                                         "detail": child.figures.get("detail", "")})

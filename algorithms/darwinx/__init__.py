@@ -34,7 +34,7 @@ from rsi.records import dumps
 from rsi.prompting import evidence, render
 from rsi.results import Request, ScoreMatrix
 from rsi.snapshot import Snapshot
-from rsi.workers.base import REF_DIR
+from rsi.workers.base import REF_DIR, EditResult
 
 
 @dataclass
@@ -62,7 +62,12 @@ class DarwinX(Algorithm):
         super().__init__(ctx, params)
         self.p = params
         self.rng = random.Random(params.seed)  # the spec's own seed; saved by the base state
-        policies = {name: build_rule(name, spec) for name, spec in params.policies.items()}
+        specs = dict(params.policies)
+        if specs.get("parent_selection", {}).get("rule") == "explore_or_best_lineage":
+            # A configured rule without its probability takes the algorithm's, not the rule's default.
+            specs["parent_selection"] = {"exploration_probability": params.exploration_probability,
+                                         **specs["parent_selection"]}
+        policies = {name: build_rule(name, spec) for name, spec in specs.items()}
         self.parent_selection = resolve_slot(
             "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability))
         self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))
@@ -113,17 +118,21 @@ class DarwinX(Algorithm):
                             reason_code="recombine", ancestor_id=ancestor.snapshot_id,
                             union=len(main.solved | donor.solved))
                 refs = {"ancestor": ancestor.snapshot, "donor": donor.snapshot}
-                jobs.append((main.snapshot, self._recombine_prompt(main, donor, ancestor), refs))
+                prompt = self._recombine_prompt(main, donor, ancestor)
+                self.record_prompt("recombine", prompt, step=step)
+                jobs.append((main.snapshot, prompt, refs))
             else:
                 parent = self._select_parent()
                 prop = Proposal(step, "mutation", parent)
-                jobs.append((parent.snapshot, self._mutate_prompt(parent), None))
+                prompt = self._mutate_prompt(parent)
+                self.record_prompt("mutate", prompt, step=step)
+                jobs.append((parent.snapshot, prompt, None))
             proposals.append(prop)
         results = self.ctx.workers.edit_many(jobs)
         known = {c.snapshot_id for c in self.archive}
         for prop, edited in zip(proposals, results):
             reply = edited.reply
-            child = self._commit(prop, edited.tree, reply, known)
+            child = self._commit(prop, edited, reply, known)
             if child is not None:
                 known.add(child.snapshot_id)
                 prop.candidate = Candidate(len(self.archive) + len([p for p in proposals if p.candidate]),
@@ -232,8 +241,8 @@ class DarwinX(Algorithm):
                 return main, other
         return None
 
-    def _commit(self, prop: Proposal, tree: dict, reply: str, known: set[str]) -> Snapshot | None:
-        child = self.commit_or_decline(prop.parent.snapshot, tree, ignore=(REF_DIR,), step=prop.step,
+    def _commit(self, prop: Proposal, edited: EditResult, reply: str, known: set[str]) -> Snapshot | None:
+        child = self.commit_or_decline(prop.parent.snapshot, edited, ignore=(REF_DIR,), step=prop.step,
                                        kind_of_edit=prop.kind, donor_id=prop.donor.snapshot_id if prop.donor else None)
         if isinstance(child, Decision):
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id,
@@ -253,6 +262,7 @@ class DarwinX(Algorithm):
             reply=c.reply[-2000:] or "(none)", level=c.level, admitted=c.admitted, gain=_fmt(c.gain),
             regression=_fmt(c.regression_mass), lost=lost or "none", improved=improved or "none",
             regressed=regressed or "none")
+        self.record_prompt("distil", prompt, step=p.step)
         c.learning, _usage = self.ctx.workers.ask(p.step, prompt)
         self.archive.append(c)
         c.index = len(self.archive) - 1
@@ -303,7 +313,8 @@ class DarwinX(Algorithm):
                 except (OSError, ValueError, IndexError):
                     continue
                 blocks.append(f"### {t} (avg score {parent.means[t]:.3f})\n{dumps(trace)[:4000]}")
-        return _newest_first(blocks, budget) if blocks else "(no traces recorded)"
+        # Failures come first and are kept first: they are what the next edit must fix.
+        return evidence(blocks, budget, keep="first", sep="\n") if blocks else "(no traces recorded)"
 
     # ---- resume --------------------------------------------------------------------------
     def extra_state(self) -> dict:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
 
+from rsi.errors import Rejected
+
 
 @dataclass
 class Usage:
@@ -39,9 +41,12 @@ class EditResult:
     the worker's reply, its usage so far and its state (for resume)."""
 
     tree: dict[str, tuple[bytes, bool]]
-    reply: str
+    reply: str = ""
     usage: dict = field(default_factory=dict)
     state: dict = field(default_factory=dict)
+    #: Why the edited checkout could not even be read as a tree (a symlink leaving it): the
+    #: algorithm records it as a ``decline`` like any other refused commit.
+    rejected: Rejected | None = None
 
 
 class Worker(ABC):

@@ -27,6 +27,9 @@ from rsi.workers.base import Worker
 class _Entry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     files: dict[str, str | None] = Field(default_factory=dict)
+    #: Symbolic links to create, path -> where it points (as an agent might leave them; one
+    #: pointing out of the checkout must end as a recorded decline).
+    links: dict[str, str] = Field(default_factory=dict)
     reply: str = ""
 
 
@@ -93,7 +96,10 @@ class ScriptedWorker(Worker):
         entry = self.script.edits[self.position]
         checkout = Path(checkout)
         # Resolve every path first so a bad entry changes nothing and does not advance.
-        targets = {rel: safe_target(checkout, rel) for rel in entry.files}
+        targets = {rel: safe_target(checkout, rel) for rel in [*entry.files, *entry.links]}
+        for rel, points_to in entry.links.items():
+            targets[rel].parent.mkdir(parents=True, exist_ok=True)
+            targets[rel].symlink_to(points_to)
         for rel, content in entry.files.items():
             target = targets[rel]
             if content is None:
