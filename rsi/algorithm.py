@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field
 
 from rsi.benchmark import Benchmark
-from rsi.decisions import Decision, legacy_code
+from rsi.decisions import Decision
 from rsi.errors import ConfigError, Rejected, SeedFailed
 from rsi.progress import log, phase, status
 from rsi.prompting import evidence
@@ -156,13 +156,14 @@ class Algorithm:
                          f"({table['task_id'][first].as_py()}): {statuses[first]}: {' '.join(str(reason).split())[:300]}")
 
     def decide(self, kind: str, snapshot_id: str | None = None, parent_id: str | None = None,
-               accepted: bool | None = None, reason: str = "", *, reason_code: str | None = None,
+               accepted: bool | None = None, reason: str = "", *, reason_code: str,
                step: int | None = None, donor_id: str | None = None, **figures) -> Decision:
-        """Record one decision (fsynced before it is acted on) and print its line. ``step``
+        """Record one decision (fsynced before it is acted on) and print its line. ``reason_code``
+        is the stable name a program counts, ``reason`` the sentence a person reads. ``step``
         defaults to the current step; a round of parallel candidates decides each at its own."""
         decision = Decision(step=self.step if step is None else step, kind=kind, snapshot_id=snapshot_id,
                             parent_id=parent_id, donor_id=donor_id, accepted=accepted,
-                            reason_code=reason_code or legacy_code(kind, reason), reason=reason, **figures)
+                            reason_code=reason_code, reason=reason, **figures)
         self.ctx.records.decision(decision)
         verdict = "" if accepted is None else (" accepted" if accepted else " rejected")
         log(f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}{_figures(figures)}".rstrip())

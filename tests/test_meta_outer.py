@@ -143,8 +143,8 @@ def test_llm_reflector_through_the_openai_sdk_both_faces_and_budget_stop(tmp_pat
     assert all(d["failed"] == 0 for d in of(decisions, "screen")), "both faces run as inner searches"
     second = of(decisions, "round")[1]
     assert (second["repeated"], second["invalid"], second["measured"]) == (1, 1, 0), second
-    stop, = of(decisions, "budget")
-    assert stop["usage"]["calls"] == 4 and "max_calls 3" in stop["reason"]
+    stop, = of(decisions, "stop")
+    assert stop["reason_code"] == "budget" and stop["usage"]["calls"] == 4 and "max_calls 3" in stop["reason"]
     assert len(of(decisions, "round")) == 2, "no round starts once the model budget is spent"
     assert len(list((records.local_path() / "prompts").glob("*reflect*.md"))) == 4
     assert_no_secret(records.local_path(), KEY)

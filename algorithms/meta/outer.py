@@ -1,4 +1,4 @@
-"""meta-evolve: evolve the tree search's node-selection rule (specs/meta.md).
+"""meta-evolve: evolve the tree search's node-selection rule (docs/algorithms/meta.md).
 
 The outer artifact is the value of a decision slot (``policy.py`` of a ``policy`` target); one
 outer rollout is one whole inner search with that value; its score is the meta-reward. Each
@@ -45,6 +45,7 @@ from algorithms.meta.values import validate_proposal
 from algorithms.slots import slot
 from rsi.algorithm import Algorithm
 from rsi.errors import ConfigError
+from rsi.prompting import render
 from rsi.results import Request, ScoreMatrix
 from rsi.snapshot import Snapshot
 
@@ -135,21 +136,26 @@ class MetaEvolve(Algorithm):
         self.seen = {self.rule(self.incumbent)}
         self.history: list[dict] = []
 
-    def run(self) -> Snapshot:
-        if not self.incumbent_scores:  # a resumed run has them from its state: never measured twice
-            self.measure_seed()
-        while self.round < self.p.max_rounds and not self.over_budget():
-            self.round += 1
-            self.step = self.round
-            self.one_round()
-            self.save_state()
+    # ---- the loop (the base runs it: seed, then a round per step until max_rounds, then finish) ---
+    def seed(self) -> None:
+        self.measure_seed()
+
+    def done(self) -> bool:
+        return self.round >= self.p.max_rounds
+
+    def step_once(self) -> None:
+        self.round += 1
+        self.step = self.round
+        self.one_round()
+
+    def finish(self) -> Snapshot:
         sizing = self.holdout_sizing()
         advice = "" if not sizing else (
             f"; median paired sd {sizing['paired_sd']:.4f}: a +0.01 gain at z {self.p.z_gate:g} needs "
             f"{sizing['holdout_for_gain']['0.01']} pairs (this gate holds {len(self.train_ids)})")
         return self.promote(self.incumbent, f"incumbent after {self.round} rounds ({len(self.admitted)} admitted, "
                                             f"{self.invalid_proposals} invalid proposals){advice}",
-                            rounds=self.round, admitted=self.admitted, invalid_proposals=self.invalid_proposals,
+                            reason_code="incumbent", rounds=self.round, admitted=self.admitted, invalid_proposals=self.invalid_proposals,
                             repeats=self.repeats, rule=self.rule(self.incumbent), **sizing)
 
     def holdout_sizing(self) -> dict:
@@ -167,12 +173,11 @@ class MetaEvolve(Algorithm):
         self.incumbent_scores = self.vector(table, self.train_ids)
         self.incumbent_refs = self.refs(table)
         info = self.ctx.benchmark.describe()
-        self.decide("seed", self.incumbent.snapshot_id, None, accepted=True,
+        self.decide("seed", self.incumbent.snapshot_id, None, accepted=True, reason_code="seed",
                     reason=f"seed rule: hold-out mean {np.mean(self.incumbent_scores):.4f} over "
                            f"{len(self.train_ids)} pairs of {info['source']} (oracle {len(self.dev_ids)} pairs, "
                            f"budget {info['budget']}, reward {info['reward']})",
                     mean=float(np.mean(self.incumbent_scores)), n=len(self.train_ids), **info)
-        self.save_state()
 
     def one_round(self) -> None:
         t0 = time.monotonic()
@@ -191,7 +196,7 @@ class MetaEvolve(Algorithm):
             else:
                 second, oracle = "not confirmed (algorithm.confirm: false)", {}
             self.decide("admit", best.snapshot.snapshot_id, parent.snapshot_id, accepted=True,
-                        reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
+                        reason_code="new_incumbent", reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
                                f"{second}", confirmed=self.p.confirm,
                         round=self.round, **figures(best.gate), **oracle, rule=best.text)
             self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
@@ -203,6 +208,8 @@ class MetaEvolve(Algorithm):
         shown = f"best {fmt_gate(top.gate)}" if top else "no candidate measured"
         elapsed = time.monotonic() - t0
         self.decide("round", self.incumbent.snapshot_id, parent.snapshot_id, accepted=best is not None,
+                    reason_code="admitted" if best else "not_confirmed" if any(c.gate.accepted for c in cands)
+                    else "nothing_passed",
                     reason=f"round {self.round}/{self.p.max_rounds}: {len(texts)} proposed, {len(cands)} measured, "
                            f"{self.invalid_proposals - invalid_before} invalid, {self.repeats - repeats_before} "
                            f"repeated; {shown}; {decision}; {elapsed:.1f}s",
@@ -241,6 +248,7 @@ class MetaEvolve(Algorithm):
         if not ok:
             self.invalid_proposals += 1
             self.decide("invalid", None, self.incumbent.snapshot_id, accepted=False, reason=reason[:300],
+                        reason_code="invalid_proposal",
                         round=self.round, invalid_proposals=self.invalid_proposals, proposal=text[:4000])
             return None
         if text in self.seen:  # a valid rule measured before: nothing new to learn from it
@@ -264,10 +272,11 @@ class MetaEvolve(Algorithm):
         for c, table in zip(cands, tables[1:]):
             c.scores, c.refs = self.vector(table, self.train_ids), self.refs(table)
             c.gate = paired_gate(base, c.scores, self.p.z_gate)
-            verdict = ("passes the gate" if c.gate.accepted else
-                       f"positive but under {self.p.z_gate:g} SE" if c.gate.mean_gain > 0 else "no gain")
+            code, verdict = (("gate_passed", "passes the gate") if c.gate.accepted else
+                             ("under_z_gate", f"positive but under {self.p.z_gate:g} SE") if c.gate.mean_gain > 0
+                             else ("no_gain", "no gain"))
             self.decide("screen", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.gate.accepted,
-                        reason=f"{fmt_gate(c.gate)}: {verdict}", round=self.round, level="gate",
+                        reason_code=code, reason=f"{fmt_gate(c.gate)}: {verdict}", round=self.round, level="gate",
                         z_gate=self.p.z_gate, failed=self.failed(table), **figures(c.gate), rule=c.text)
             self.history.append({"round": self.round, "snapshot_id": c.snapshot.snapshot_id, "rule": c.text,
                                  **figures(c.gate), "accepted": c.gate.accepted})
@@ -290,7 +299,7 @@ class MetaEvolve(Algorithm):
         for c, table in zip(passed, tables[1:]):
             c.oracle = paired_gate(base, self.vector(table, self.dev_ids), self.p.z_gate)
             self.decide("confirm", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.oracle.accepted,
-                        reason=f"oracle {fmt_gate(c.oracle)}: {'confirmed' if c.oracle.accepted else 'not confirmed'}",
+                        reason_code="confirmed" if c.oracle.accepted else "not_confirmed", reason=f"oracle {fmt_gate(c.oracle)}: {'confirmed' if c.oracle.accepted else 'not confirmed'}",
                         round=self.round, level="oracle", z_gate=self.p.z_gate, **figures(c.oracle))
         outcome = {c.snapshot.snapshot_id: c.oracle.accepted for c in passed}
         for h in self.history:
@@ -315,21 +324,14 @@ class MetaEvolve(Algorithm):
     def failed(table) -> int:
         return sum(s != "ok" for s in table["status"].to_pylist())
 
-    def over_budget(self) -> bool:
-        """The run's model budget (``budget.max_calls`` / ``max_cost_usd``) stops new proposals."""
-        why = self.budget_exhausted() if self.p.proposer == "llm" else None
-        if why:
-            self.decide("budget", self.incumbent.snapshot_id, None, accepted=False, reason=why, usage=self.usage())
-        return why is not None
-
     def rule_snapshot(self, text: str) -> Snapshot:
         """The seed's tree with another rule (the c-sweep's hand-tuned rules); not a proposal."""
         seed = self.ctx.seed_snapshot
         if self.rule(seed) == text:
             return seed
-        with seed.check_out() as checkout:
-            (checkout / self.entry).write_text(text)
-            snap = seed.commit(checkout, "*")
+        tree = {path: (seed.read(path), entry.executable) for path, entry in seed.files.items()}
+        tree[self.entry] = (text.encode(), seed.files[self.entry].executable)
+        snap = seed.commit_tree(tree, "*")
         self.ctx.records.put_snapshot(snap)
         return snap
 
@@ -337,7 +339,7 @@ class MetaEvolve(Algorithm):
     def reflect_prompt(self, source: str, index: int, count: int) -> str:
         budget = self.ctx.benchmark.params.budget
         every = max(1, budget // 12)
-        return _prompts.REFLECT.substitute(
+        return render(_prompts.REFLECT,
             budget=budget, reward=self.ctx.benchmark.params.reward, describe=value_kind(source).describe(),
             incumbent=source.strip(), every=every, traces=self.traces_evidence(every), pairs=len(self.train_ids),
             z_gate=self.p.z_gate, history=self.history_evidence(), index=index, count=count)
@@ -382,19 +384,13 @@ class MetaEvolve(Algorithm):
         return validation_report(self, promoted, test_table)
 
     # ---- resume --------------------------------------------------------------------------------
-    def save_state(self) -> None:
-        state = {**self.get_state(), "round": self.round, "incumbent": self.incumbent.snapshot_id,
-                 "incumbent_refs": self.incumbent_refs, "incumbent_scores": self.incumbent_scores,
-                 "invalid_proposals": self.invalid_proposals, "repeats": self.repeats, "admitted": self.admitted,
-                 "seen": sorted(self.seen), "history": self.history,
-                 "worker_states": self.ctx.workers.states() if self.ctx.workers else [],
-                 "decisions": len(self.ctx.records.decisions())}
-        self.ctx.records.write_state(state)
+    def extra_state(self) -> dict:
+        return {"round": self.round, "incumbent": self.incumbent.snapshot_id, "incumbent_refs": self.incumbent_refs,
+                "incumbent_scores": self.incumbent_scores, "invalid_proposals": self.invalid_proposals,
+                "repeats": self.repeats, "admitted": self.admitted, "seen": sorted(self.seen),
+                "history": self.history}
 
-    def load_state(self, state: dict) -> None:
-        if "round" not in state:
-            return
-        self.set_state(state)
+    def restore(self, state: dict) -> None:
         self.round = state["round"]
         self.incumbent = self.ctx.records.get_snapshot(state["incumbent"])
         self.incumbent_refs, self.incumbent_scores = state["incumbent_refs"], state["incumbent_scores"]

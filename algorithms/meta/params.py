@@ -1,4 +1,4 @@
-"""Meta-evolve parameters (specs/meta.md): defaults, ranges, and the keys the loop owns."""
+"""Meta-evolve parameters (docs/algorithms/meta.md): defaults, ranges, and the keys the loop owns."""
 
 from __future__ import annotations
 

@@ -108,8 +108,8 @@ def validation_report(algo, promoted, test_table) -> dict:
     }
     body["plot"] = plot(ctx.records, body) if params.plot else None
     ctx.records.write_json("meta_report.json", body)
-    algo.step += 1
-    algo.decide("validate", promoted.snapshot_id, seed.snapshot_id,
+    algo.decide("validate", promoted.snapshot_id, seed.snapshot_id, step=algo.step + 2,  # after the test decision
+                reason_code="validated",
                 reason=f"{src} gain {report[src].gain:+.4f}, {tgt} gain {report[tgt].gain:+.4f}, "
                        f"transfer {_ratio_text(ratio)}; {place['verdict']} the c-sweep's Pareto front",
                 transfer_ratio=ratio, placement=place,
