@@ -38,7 +38,7 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
     """Validate, submit, and (``wait``) stream the job's logs; 0 only when the job succeeded."""
     from rsi.config import load_config
     from rsi.records import new_run_uri
-    from rsi.runner import prepare
+    from rsi.driver.runner import prepare
 
     overrides = [(k, v) for k, v in overrides if k != "ray.address"]
     resolved = load_config(config, overrides)
@@ -50,7 +50,7 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
         if not _inside(path.resolve(), workdir):
             raise ConfigError(f"{path} is outside {workdir}, the directory the job ships: move the problem file "
                               "next to the config (or below it)")
-    entrypoint = shlex.join(["python", "-m", "rsi.cli", "run", config_rel, "--run-dir", run_dir,
+    entrypoint = shlex.join(["python", "-m", "rsi.driver.cli", "run", config_rel, "--run-dir", run_dir,
                              "--ray.address", "auto", *[a for k, v in overrides for a in (f"--{k}", str(v))]])
     return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_config": config_rel}, wait)
 
@@ -64,7 +64,7 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
     run's config resolved its relative paths against; that is checked here, before the cluster
     is contacted, by loading the stored config against it."""
     from rsi.records import RunRecords
-    from rsi.resume import check_unchanged, prepare_stored, unfinished
+    from rsi.driver.resume import check_unchanged, prepare_stored, unfinished
 
     run_dir = _run_location(run_dir, _is_local(address))
     records = RunRecords.open(run_dir)
@@ -78,7 +78,7 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
         raise ConfigError(f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
                           "directory its relative paths resolve against") from None
     check_unchanged(records, prepared, allow_changed)
-    entrypoint = shlex.join(["python", "-m", "rsi.cli", "resume", run_dir, *(["--allow-changed"] if allow_changed else [])])
+    entrypoint = shlex.join(["python", "-m", "rsi.driver.cli", "resume", run_dir, *(["--allow-changed"] if allow_changed else [])])
     return _submit_job(address, entrypoint, workdir, prepared.config.run.name, run_dir, {"rsi_resume": "1"}, wait)
 
 

@@ -29,7 +29,7 @@ import numpy as np
 
 from algorithms.meta.gate import PRIORITY_SEED
 from algorithms.meta.inner import scores
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "metasearch.yaml"

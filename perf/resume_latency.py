@@ -68,7 +68,7 @@ class Driver:
 
     def __init__(self, env: dict, *args: str):
         self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", *args], cwd=REPO, env=env, text=True,
+        self.proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", *args], cwd=REPO, env=env, text=True,
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
         threading.Thread(target=self._read, daemon=True).start()
 

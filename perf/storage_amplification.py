@@ -98,7 +98,7 @@ def main() -> None:
     import ray
 
     from rsi.records import RunRecords
-    from rsi.runner import start_run
+    from rsi.driver.runner import start_run
 
     root = Path(tempfile.mkdtemp(prefix="rsi-perf-storage-"))
     try:

@@ -6,7 +6,7 @@ import gzip
 from pathlib import Path
 
 from rsi.records import RunRecords
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 
 
 def run(path: Path) -> tuple[list[dict], dict, RunRecords]:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.records import RunRecords
 from rsi.scripted_server import ScriptedServer
 from _runs import assert_no_secret, of, run

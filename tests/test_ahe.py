@@ -15,11 +15,11 @@ import pytest
 import yaml
 
 from algorithms.ahe.manifest import ManifestError, parse_manifest
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.errors import WorkerError
-from rsi.evaluate_target import evaluate_target
+from rsi.driver.evaluate import evaluate_target
 from rsi.records import RunRecords
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 from rsi.scripted_server import ScriptedServer, request_text
 from _runs import assert_no_secret, of, run
 

@@ -73,7 +73,7 @@ def test_kuberay_rayjob_runs_rsi_on_an_autoscaling_cluster():
     assert (job["apiVersion"], job["kind"]) == ("ray.io/v1", "RayJob")
     spec = job["spec"]
     argv = spec["entrypoint"].split()
-    assert argv[:4] == ["python", "-m", "rsi.cli", "run"]
+    assert argv[:4] == ["python", "-m", "rsi.driver.cli", "run"]
     assert (REPO / argv[4]).is_file(), "the entrypoint's config is in the repository"
     assert argv[argv.index("--ray.address") + 1] == "auto"
     assert argv[argv.index("--storage") + 1].startswith("s3://"), "results must outlive the cluster"
@@ -100,7 +100,7 @@ def test_kuberay_rayjob_runs_rsi_on_an_autoscaling_cluster():
 
 # ---- offline: submit's own checks --------------------------------------------------------------
 def _submit(env: dict, *args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "rsi.cli", "submit", *args], cwd=REPO, env=env,
+    return subprocess.run([sys.executable, "-m", "rsi.driver.cli", "submit", *args], cwd=REPO, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -248,7 +248,7 @@ def test_stopped_job_exits_1_and_resumes_as_a_job(cluster, scenario, undisturbed
     root, config = scenario
     _, base_dir = undisturbed
     run_dir = root / "runs" / "stopped"
-    proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "submit", str(config), "--address", cluster.dashboard_url,
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", "submit", str(config), "--address", cluster.dashboard_url,
                              "--run-dir", str(run_dir)], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     job_id = None
@@ -271,7 +271,7 @@ def test_stopped_job_exits_1_and_resumes_as_a_job(cluster, scenario, undisturbed
     wrong = _submit(cluster.env, "--resume", str(run_dir), "--address", cluster.dashboard_url,
                     "--working-dir", str(root / "runs"))
     assert wrong.returncode == 2 and "does not resolve there" in wrong.stderr, wrong.stderr[-2000:]
-    resumed = subprocess.run([sys.executable, "-m", "rsi.cli", "submit", "--resume", str(run_dir), "--address",
+    resumed = subprocess.run([sys.executable, "-m", "rsi.driver.cli", "submit", "--resume", str(run_dir), "--address",
                               cluster.dashboard_url], cwd=root, env=cluster.env, capture_output=True, text=True,
                              timeout=360)
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
@@ -289,7 +289,7 @@ def test_node_killed_mid_evaluation_loses_and_repeats_nothing(cluster, scenario,
     assert base_out.returncode == 0
     victim = next(n for n in cluster.nodes if n.name == "a")
     run_dir = root / "runs" / "disturbed"
-    proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", "submit", str(config), "--address", cluster.dashboard_url,
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", "submit", str(config), "--address", cluster.dashboard_url,
                              "--run-dir", str(run_dir)], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     busy, deadline = [], time.monotonic() + 240

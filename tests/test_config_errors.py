@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rsi.cli import main
+from rsi.driver.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 TABLE = "splits: {train: [t1, t2], dev: [d1], test: [x1]}\nscores:\n  v0: {t1: 1.0, t2: 0.5, d1: 0.5, x1: 0}\n"
@@ -162,7 +162,7 @@ def test_bad_input_starts_no_ray(setup):
     cfg = config(setup, "seed: many\n")
     code = textwrap.dedent(f"""
         import sys, json
-        from rsi.cli import main
+        from rsi.driver.cli import main
         codes = [main(["run", {str(cfg)!r}]), main(["run", {str(setup / 'nope.yaml')!r}]),
                  main(["validate", {str(cfg)!r}])]
         print(json.dumps({{"codes": codes, "ray": "ray" in sys.modules}}))

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from rsi.config import load_config
-from rsi.runner import prepare
+from rsi.driver.runner import prepare
 
 CONFIGS = sorted((Path(__file__).resolve().parents[1] / "configs").glob("*.yaml"))
 

@@ -13,10 +13,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rsi.cli import main
-from rsi.resume import resume_run
+from rsi.driver.cli import main
+from rsi.driver.resume import resume_run
 from rsi.scripted_server import ScriptedServer
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 from _cluster import comparable
 from _runs import assert_no_secret, of, run
 

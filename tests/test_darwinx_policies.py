@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from _runs import of, run
-from rsi.cli import main
+from rsi.driver.cli import main
 from test_darwinx import SPLITS, scenario, version
 
 TABLE = {"splits": SPLITS, "scores": {

@@ -32,7 +32,7 @@ import yaml
 from actors.client import EvaluatorClient
 from rsi.config import load_config
 from rsi.errors import ClusterError
-from rsi.runner import prepare
+from rsi.driver.runner import prepare
 from rsi.target import ProgramTarget
 
 REPO = Path(__file__).resolve().parents[1]

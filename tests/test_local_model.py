@@ -82,7 +82,7 @@ def test_miniagent_answers_qa_tasks_through_smollm2(served, tmp_path):
 def test_runner_serves_the_local_model_for_a_miniagent_run(tmp_path, ray_session):
     """configs/miniagent_local.yaml end to end: the runner starts the server, MiniAgent answers
     through it in sandboxed subprocesses, and real scores land in the run directory."""
-    from rsi.runner import start_run
+    from rsi.driver.runner import start_run
 
     config = Path(__file__).resolve().parents[1] / "configs" / "miniagent_local.yaml"
     run = start_run(str(config), [("benchmark.limit", "2"), ("storage", str(tmp_path))])

@@ -19,7 +19,7 @@ from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
 from algorithms.meta.validation import c_rule, placement
 from rsi.benchmark import Task
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.config import TargetConfig
 from rsi.scripted_server import ScriptedServer, request_text
 from _runs import assert_no_secret, of, run

@@ -2,7 +2,7 @@
 
 import pytest
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.registry import algorithm_class
 
 

@@ -15,7 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rsi.cli import main
+from rsi.driver.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 DOC = REPO / "docs" / "custom-problem.md"

@@ -20,11 +20,11 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.reporting.data import RunView
 from rsi.reporting.html import build_report
 from rsi.reporting.tensorboard import crc32c, export_run, read_events
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}

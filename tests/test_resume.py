@@ -46,7 +46,7 @@ class Driver:
     def _launch(self) -> None:
         self.log = self.logs / f"rsi-{self.args[0]}-{time.monotonic_ns()}.log"  # a file: a pipe could fill up
         with open(self.log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "rsi.cli", *self.args], cwd=REPO, env=self.env,
+            self.proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", *self.args], cwd=REPO, env=self.env,
                                          stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
 
     def ended(self) -> str | None:

@@ -10,7 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.decisions import Decision
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "run_v1"

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from rsi.records import RunRecords
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -47,7 +47,7 @@ def test_resume_of_a_finished_run_says_so_exits_0_and_changes_nothing(tmp_path, 
     before = files_of(run_dir)
 
     for _ in range(2):  # and a second time: still nothing to do
-        done = subprocess.run([sys.executable, "-m", "rsi.cli", "resume", str(run_dir)], cwd=REPO,
+        done = subprocess.run([sys.executable, "-m", "rsi.driver.cli", "resume", str(run_dir)], cwd=REPO,
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         lines = done.stdout.splitlines()

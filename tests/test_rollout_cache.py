@@ -18,7 +18,7 @@ import yaml
 
 from actors.client import EvaluatorClient
 from benchmarks.table import TableBenchmark, TableParams
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.config import EvaluatorConfig, TargetConfig
 from rsi.records import RunRecords
 from rsi.snapshot import Snapshot

@@ -12,10 +12,10 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.records import RunRecords
 from rsi.results import SCHEMA
-from rsi.runner import start_run
+from rsi.driver.runner import start_run
 from _runs import assert_no_secret
 
 REPO = Path(__file__).resolve().parents[1]

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.runs import list_runs
 from test_report import check_png, decisions, table_runs
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rsi.cli import main
+from rsi.driver.cli import main
 from rsi.errors import ConfigError
 from rsi.snapshot import FileEntry, Snapshot, sha256
 

@@ -65,7 +65,7 @@ def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path):
            "benchmark": {"name": "table", "path": "table.yaml"}, "algorithm": {"name": "evaluate"}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
     env = cluster_env(secrets.token_hex(32))
-    proc = subprocess.run([sys.executable, "-m", "rsi.cli", "run", str(tmp_path / "run.yaml"), "--run-dir",
+    proc = subprocess.run([sys.executable, "-m", "rsi.driver.cli", "run", str(tmp_path / "run.yaml"), "--run-dir",
                            str(run_dir)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert FORGED not in proc.stdout and FORGED not in proc.stderr, "a candidate's line reached the console"

@@ -14,7 +14,7 @@ def evaluate_target(target_dir: str, benchmark: str, split: str, kind: str = "pr
                     overrides=()) -> dict:
     from actors.client import EvaluatorClient
     from cluster.connect import connect
-    from rsi.runner import prepare
+    from rsi.driver.runner import prepare
 
     raw = {"name": "eval", "target": {"path": str(Path(target_dir).resolve()), "kind": kind},
            "benchmark": {"name": benchmark}, "algorithm": {"name": "evaluate"}}

@@ -16,7 +16,7 @@ from rsi.config import load_config
 from rsi.errors import ConfigError
 from rsi.progress import log
 from rsi.records import RunRecords
-from rsi.runner import Run, prepare
+from rsi.driver.runner import Run, prepare
 
 
 def unfinished(records: RunRecords) -> bool:

@@ -143,7 +143,7 @@ def cmd_params(args, extra) -> int:
 
 def cmd_validate(args, extra) -> int:
     from rsi.config import load_config
-    from rsi.runner import prepare
+    from rsi.driver.runner import prepare
 
     prepared = prepare(load_config(args.config, _overrides(extra)))
     cfg = prepared.config
@@ -154,7 +154,7 @@ def cmd_validate(args, extra) -> int:
 
 def cmd_run(args, extra) -> int:
     from rsi.report import print_summary
-    from rsi.runner import start_run
+    from rsi.driver.runner import start_run
 
     run = start_run(args.config, _overrides(extra), args.run_dir)
     summary = run.execute()
@@ -165,7 +165,7 @@ def cmd_run(args, extra) -> int:
 def cmd_resume(args, extra) -> int:
     _no_extra(extra)
     from rsi.report import print_summary
-    from rsi.resume import resume_run
+    from rsi.driver.resume import resume_run
 
     summary = resume_run(args.run_dir, args.allow_changed)
     print_summary(summary)
@@ -183,7 +183,7 @@ def cmd_new(args, extra) -> int:
 
 
 def cmd_eval(args, extra) -> int:
-    from rsi.evaluate_target import evaluate_target
+    from rsi.driver.evaluate import evaluate_target
 
     result = evaluate_target(args.target_dir, args.benchmark, args.split, args.kind, args.entry, _overrides(extra))
     if args.json_out:
