@@ -60,7 +60,7 @@ class Evaluator:
         self.req_ids = itertools.count()
         self.executed = 0
         self.cache_hits = 0
-        self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.cpus = max(1, self._live_cpus())  # refreshed by every request that runs rollouts
         # A target whose rollouts take milliseconds suggests large batches (policy: inner searches).
         self.batch_hint = getattr(target, "batch_hint", None)
 
@@ -126,19 +126,31 @@ class Evaluator:
             for k in range(req.trials) for t in ids
         ]
 
-    def _batch_size(self, n: int) -> int:
+    @staticmethod
+    def _live_cpus() -> int:
+        """The cluster's CPUs now (0 while an autoscaling cluster has no worker node): one GCS
+        read. An autoscaling cluster grows and shrinks under a run, so every request that runs
+        rollouts sizes its batches from this, never from the cluster the actor first saw."""
+        return int(ray.cluster_resources().get("CPU", 0))
+
+    def _batch_size(self, n: int, cpus: int | None = None) -> int:
+        cpus = cpus or self.cpus
         if self.config.batch_size:
             return self.config.batch_size
         if self.batch_hint:  # equal batches, a whole number per CPU, none over the hint: no lone tail batch
-            per_cpu = math.ceil(n / self.cpus)
+            per_cpu = math.ceil(n / cpus)
             return max(1, math.ceil(per_cpu / math.ceil(per_cpu / self.batch_hint)))
-        slots = self.cpus if self.config.num_cpus >= 1 else self.cpus * 4
+        slots = cpus if self.config.num_cpus >= 1 else cpus * 4
         return max(1, min(8, math.ceil(n / (slots * 4))))
 
     def _run(self, req: Request, todo: list[RolloutSpec], rid: int) -> tuple[pa.Table, list[dict]]:
         if not todo:
             return empty_table(), []
-        size = self._batch_size(len(todo))
+        # Sized for the cluster as it is now (a node may have joined or left since the last
+        # request); results never depend on it: seeds and cache keys are per rollout.
+        seen, sized_at = self._live_cpus(), time.time()
+        self.cpus = cpus = max(1, seen)
+        size = self._batch_size(len(todo), cpus)
         batches = [todo[i:i + size] for i in range(0, len(todo), size)]
         remote = ray.remote(run_batch).options(
             num_cpus=self.config.num_cpus, resources=self.config.resources or None,
@@ -148,6 +160,7 @@ class Evaluator:
         cap = self.config.max_concurrency or len(batches)
         pending: dict = {}
         results: dict[int, tuple] = {}
+        returned: dict[int, float] = {}
         queue = list(enumerate(batches))
         while queue or pending:
             while queue and len(pending) < cap:
@@ -171,9 +184,15 @@ class Evaluator:
                              + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""))
                     raise ClusterError(f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
                                        f"retries on {where}: {type(exc).__name__}: {exc}") from exc
+                returned[i] = time.time()
                 with self.lock:
                     self.progress_by_req[rid].done += n
                     self.executed += n
         tables = [results[i][0] for i in sorted(results)]
-        traces = [t for i in sorted(results) for t in results[i][1]]
+        # How each rollout was batched: the CPUs the request saw, its batch size, when it was
+        # sized and when the batch's results came back (epoch seconds): evidence for placement
+        # and throughput on a cluster that changes under the run.
+        traces = [{**t, "batch": {"cluster_cpus": seen, "size": size, "index": i, "sized_at": sized_at,
+                                  "returned_at": returned[i]}}
+                  for i in sorted(results) for t in results[i][1]]
         return concat(tables), traces

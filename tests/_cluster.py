@@ -249,6 +249,153 @@ class LocalCluster:
         shutil.rmtree(self.temp_dir, ignore_errors=True)
 
 
+# ---- an autoscaling cluster on one machine ---------------------------------------------------
+FAKE_MULTINODE = REPO / "cluster" / "fake_multinode.yaml"
+
+
+class FakeAutoscalingCluster(LocalCluster):
+    """A head (0 CPUs, job server on) whose autoscaler runs Ray's fake multi-node provider with
+    ``cluster/fake_multinode.yaml``: pending rollouts make it start worker nodes (real raylets on
+    this machine, node ids ``fff…00001``, ``fff…00002``, …) and it removes idle ones. The head is
+    started the way ``ray.cluster_utils.AutoscalingCluster`` starts one (``RAY_FAKE_CLUSTER=1``,
+    ``--autoscaling-config``) but without its ``ray stop --force``. The autoscaler starts worker
+    nodes as its own descendants, in the head's process group: ``shutdown`` stops them with the
+    head, and ``kill_worker`` SIGKILLs one node's processes the way a lost machine dies.
+    ``overrides`` replace top-level keys of the YAML (``idle_timeout_minutes``, ``max_workers``);
+    ``worker`` updates its ``cpu`` node type (``{"max_workers": 2}``)."""
+
+    def __init__(self, worker: dict | None = None, **overrides):
+        import yaml
+
+        config = yaml.safe_load(FAKE_MULTINODE.read_text())
+        config.update(overrides)
+        config["available_node_types"]["cpu"].update(worker or {})
+        self.autoscaling = config
+        super().__init__(head_cpus=0)
+
+    @property
+    def idle_timeout_s(self) -> float:
+        return 60.0 * self.autoscaling["idle_timeout_minutes"]
+
+    def _spawn(self, name: str, num_cpus: int, resources: dict, head: bool) -> Node:
+        if not head:
+            return super()._spawn(name, num_cpus, resources, head)
+        import yaml
+
+        self.autoscaling["provider"]["gcs_address"] = self.gcs_address
+        config = self.temp_dir / "autoscaling.yaml"
+        config.write_text(yaml.safe_dump(self.autoscaling, sort_keys=False))
+        args = [str(BIN / "ray"), "start", "--block", "--head", "--disable-usage-stats",
+                "--node-ip-address=127.0.0.1", f"--num-cpus={num_cpus}", f"--autoscaling-config={config}",
+                f"--object-store-memory={100 * 1024 * 1024}", f"--port={self.port}", f"--temp-dir={self.temp_dir}",
+                "--include-dashboard=true", "--dashboard-host=127.0.0.1", f"--dashboard-port={self.dashboard_port}",
+                f"--ray-client-server-port={free_port()}", f"--node-manager-port={free_port()}",
+                f"--object-manager-port={free_port()}", f"--dashboard-agent-listen-port={free_port()}",
+                f"--dashboard-agent-grpc-port={free_port()}", f"--metrics-export-port={free_port()}",
+                f"--runtime-env-agent-port={free_port()}",
+                f"--resources={json.dumps({**resources, f'node_{name}': 1})}"]
+        # The autoscaler (and through it every worker node) inherits this environment: the
+        # cluster's token and health-check settings, and the fake provider's switch.
+        env = {**self.env, "RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}
+        with open(self.temp_dir / f"{name}.log", "wb") as log:
+            proc = subprocess.Popen(args, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        return Node(name, proc, resources)
+
+    def workers(self) -> dict[str, float]:
+        """Alive worker nodes now: ``{node_id: CPUs}`` (one Ray client call)."""
+        code = ("import json, ray\nray.init(address='auto', log_to_driver=False, configure_logging=False)\n"
+                "print(json.dumps({n['NodeID']: n['Resources'].get('CPU', 0) for n in ray.nodes()\n"
+                "                  if n['Alive'] and 'node_head' not in n['Resources']}))\n")
+        return json.loads(self.python(code).strip().splitlines()[-1])
+
+    def watch(self, interval: float = 0.5) -> "NodeWatch":
+        return NodeWatch(self, interval)
+
+    def _raylets(self) -> dict[str, int]:
+        """``{node_id: pid}`` of every worker node's raylet process alive now."""
+        out = {}
+        for pid in descendants(self.head.proc.pid):
+            argv = cmdline(pid).split()
+            if argv and argv[0].endswith("/raylet") and "--head" not in argv:
+                ids = [a.split("=", 1)[1] for a in argv if a.startswith("--node_id=")]
+                if ids:
+                    out[ids[0]] = pid
+        return out
+
+    def busy_workers(self, marker: str) -> list[str]:
+        """Worker nodes on which a process whose command line contains ``marker`` runs now."""
+        return [nid for nid, pid in self._raylets().items() if any(marker in cmdline(p) for p in descendants(pid))]
+
+    def kill_worker(self, node_id: str) -> list[int]:
+        """SIGKILL one worker node: its raylet, everything under it (agents, workers, rollouts)
+        and its log monitor. The node's processes share the head's process group, so they are
+        killed by pid, never by group. -> the pids killed."""
+        raylet = self._raylets()[node_id]
+        argv = cmdline(raylet).split()
+        socket_name = next(a.split("=", 1)[1] for a in argv if a.startswith("--raylet_socket_name="))
+        suffix = socket_name.rsplit("/raylet", 1)[1]  # ".3" for the third node started
+        monitors = [p for p in descendants(self.head.proc.pid)
+                    if "log_monitor.py" in cmdline(p) and f"log_monitor{suffix}.out" in cmdline(p)]
+        pids = [raylet, *descendants(raylet), *monitors]
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        return pids
+
+    def wait_scaled_down(self, timeout: float) -> float:
+        """Seconds until no worker node is alive; raises after ``timeout``."""
+        t0 = time.monotonic()
+        while self.workers():
+            if time.monotonic() - t0 > timeout:
+                raise RuntimeError(f"worker nodes still alive after {timeout:.0f} s: {self.workers()}")
+            time.sleep(1)
+        return time.monotonic() - t0
+
+
+class NodeWatch:
+    """The cluster's alive worker nodes and CPUs sampled every ``interval`` seconds by one Ray
+    client process: ``samples`` holds ``{"t": epoch, "workers": [node ids], "cpus": n}``."""
+
+    CODE = ("import json, sys, time, ray\n"
+            "ray.init(address='auto', log_to_driver=False, configure_logging=False)\n"
+            "while True:\n"
+            "    alive = [n for n in ray.nodes() if n['Alive'] and 'node_head' not in n['Resources']]\n"
+            "    print(json.dumps({'t': time.time(), 'workers': sorted(n['NodeID'] for n in alive),\n"
+            "                      'cpus': sum(n['Resources'].get('CPU', 0) for n in alive)}), flush=True)\n"
+            "    time.sleep(float(sys.argv[1]))\n")
+
+    def __init__(self, cluster: LocalCluster, interval: float):
+        import threading
+
+        self.samples: list[dict] = []
+        self.proc = subprocess.Popen([sys.executable, "-c", self.CODE, str(interval)], cwd=REPO, text=True,
+                                     env={**cluster.env, "RAY_ADDRESS": cluster.gcs_address},
+                                     stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            try:
+                self.samples.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+
+    def wait_first(self, timeout: float = 120) -> None:
+        deadline = time.monotonic() + timeout
+        while not self.samples:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the node watcher never reported")
+            time.sleep(0.1)
+
+    def stop(self) -> list[dict]:
+        kill_tree(self.proc)
+        self.thread.join(timeout=5)
+        return list(self.samples)
+
+
 # ---- a search whose every outcome is known, slow enough to be interrupted -------------------
 def slow_table_scenario(root: Path, train: int = 6, test: int = 2, edits: tuple[str, ...] = ("v2", "v1"),
                         sleep_s: float = 0.2, **algorithm) -> Path:
