@@ -54,9 +54,9 @@ def submit(cluster: FakeAutoscalingCluster, config: Path, run_dir: Path, kill: b
     watch = cluster.watch()
     watch.wait_first()
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", "submit", str(config), "--address", cluster.dashboard_url,
-                             "--run-dir", str(run_dir)], cwd=REPO, env=cluster.env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", "submit", str(config),
+                             "--address", cluster.dashboard_url, "--run-dir", str(run_dir)],
+                            cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     killed = None
     try:
         deadline = time.monotonic() + timeout
