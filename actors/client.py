@@ -29,13 +29,24 @@ class EvaluatorClient:
         self.rollout_usage = {"rollout_tokens_in": 0, "rollout_tokens_out": 0, "rollout_cost_usd": 0.0}
 
     @classmethod
-    def start(cls, run_id: str, target, config, run_seed: int, deterministic: bool, records: RunRecords | None,
-              name: str | None = None, fingerprint: str | None = None):
+    def start(
+        cls,
+        run_id: str,
+        target,
+        config,
+        run_seed: int,
+        deterministic: bool,
+        records: RunRecords | None,
+        name: str | None = None,
+        fingerprint: str | None = None,
+    ):
         opts = {"name": name, "lifetime": None} if name else {}
         # Pinned to the driver's node: it owns every rollout task of the run, and a lost driver
         # node ends the run anyway, so this placement adds no point of failure. (A soft affinity
         # is not enough: Ray places a zero-CPU actor elsewhere when the driver's node has no CPUs.)
-        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+        opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
+            ray.get_runtime_context().get_node_id(), soft=False
+        )
         actor = Evaluator.options(**opts).remote(run_id, target, config, run_seed, deterministic, fingerprint)
         return cls(actor, records)
 
@@ -48,7 +59,9 @@ class EvaluatorClient:
     def stats(self) -> dict:
         return ray.get(self.actor.stats.remote())
 
-    def evaluate(self, snapshot, split: str, task_ids=None, trials: int = 1, salt: str = "", label: str = "") -> pa.Table:
+    def evaluate(
+        self, snapshot, split: str, task_ids=None, trials: int = 1, salt: str = "", label: str = ""
+    ) -> pa.Table:
         return self.evaluate_many([Request(snapshot, split, task_ids, trials, salt)], label=label)[0]
 
     def evaluate_many(self, requests: list[Request], label: str = "") -> list[pa.Table]:
@@ -89,8 +102,12 @@ class EvaluatorClient:
             offset += len(traces)
             keys = list(zip(fresh["task_id"].to_pylist(), fresh["trial"].to_pylist()))
             stored.append(fresh.set_column(ref_col, "trace_ref", pa.array([refs[k] for k in keys], pa.string())))
-            merged = [refs.get((t, k), r) for t, k, r in zip(table["task_id"].to_pylist(), table["trial"].to_pylist(),
-                                                             table["trace_ref"].to_pylist())]
+            merged = [
+                refs.get((t, k), r)
+                for t, k, r in zip(
+                    table["task_id"].to_pylist(), table["trial"].to_pylist(), table["trace_ref"].to_pylist()
+                )
+            ]
             out.append(table.set_column(ref_col, "trace_ref", pa.array(merged, pa.string())))
         self.records.write_rollouts(pa.concat_tables(stored), tag)
         return out

@@ -42,8 +42,15 @@ class _Progress:
 
 @ray.remote(num_cpus=0, max_concurrency=32)
 class Evaluator:
-    def __init__(self, run_id: str, target, config: EvaluatorConfig, run_seed: int, deterministic: bool,
-                 fingerprint: str | None = None):
+    def __init__(
+        self,
+        run_id: str,
+        target,
+        config: EvaluatorConfig,
+        run_seed: int,
+        deterministic: bool,
+        fingerprint: str | None = None,
+    ):
         self.run_id = run_id
         self.target_ref = ray.put(target)
         # The driver passes the fingerprint of the target as configured; a target it rebuilt
@@ -81,8 +88,12 @@ class Evaluator:
     def progress(self) -> dict:
         with self.lock:
             live = list(self.progress_by_req.values())
-        return {"done": sum(p.done for p in live), "total": sum(p.total for p in live),
-                "executed": self.executed, "cache_hits": self.cache_hits}
+        return {
+            "done": sum(p.done for p in live),
+            "total": sum(p.total for p in live),
+            "executed": self.executed,
+            "cache_hits": self.cache_hits,
+        }
 
     def stats(self) -> dict:
         return {"executed": self.executed, "cache_hits": self.cache_hits, "cached_rows": len(self.cache)}
@@ -103,8 +114,11 @@ class Evaluator:
             self.progress_by_req[rid] = _Progress(total=len(specs), done=len(cached))
         try:
             fresh, traces = self._run(req, todo, rid)
-            fresh = fresh.set_column(fresh.schema.get_field_index("fingerprint"), "fingerprint",
-                                     pa.array([self.fingerprint] * fresh.num_rows, pa.string()))
+            fresh = fresh.set_column(
+                fresh.schema.get_field_index("fingerprint"),
+                "fingerprint",
+                pa.array([self.fingerprint] * fresh.num_rows, pa.string()),
+            )
         finally:
             with self.lock:
                 self.progress_by_req.pop(rid, None)
@@ -112,7 +126,9 @@ class Evaluator:
             self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], self.fingerprint)] = row
         order = {(s.task_id, s.trial): i for i, s in enumerate(specs)}
         table = concat([rows_to_table(cached), fresh])
-        idx = sorted(range(table.num_rows), key=lambda i: order[(table["task_id"][i].as_py(), table["trial"][i].as_py())])
+        idx = sorted(
+            range(table.num_rows), key=lambda i: order[(table["task_id"][i].as_py(), table["trial"][i].as_py())]
+        )
         return table.take(pa.array(idx, pa.int64())) if idx else empty_table(), fresh, traces
 
     # ---- internals -----------------------------------------------------------------------
@@ -123,7 +139,8 @@ class Evaluator:
             raise ValueError(f"tasks {unknown[:3]} are not in split {req.split}")
         return [
             RolloutSpec(t, k, k if self.deterministic else sample_seed(self.run_seed, req.salt, t, k))
-            for k in range(req.trials) for t in ids
+            for k in range(req.trials)
+            for t in ids
         ]
 
     @staticmethod
@@ -151,10 +168,12 @@ class Evaluator:
         seen, sized_at = self._live_cpus(), time.time()
         self.cpus = cpus = max(1, seen)
         size = self._batch_size(len(todo), cpus)
-        batches = [todo[i:i + size] for i in range(0, len(todo), size)]
+        batches = [todo[i : i + size] for i in range(0, len(todo), size)]
         remote = ray.remote(run_batch).options(
-            num_cpus=self.config.num_cpus, resources=self.config.resources or None,
-            max_retries=self.config.max_retries, retry_exceptions=False,
+            num_cpus=self.config.num_cpus,
+            resources=self.config.resources or None,
+            max_retries=self.config.max_retries,
+            retry_exceptions=False,
         )
         snap_ref = ray.put(req.snapshot)
         cap = self.config.max_concurrency or len(batches)
@@ -165,25 +184,39 @@ class Evaluator:
         while queue or pending:
             while queue and len(pending) < cap:
                 i, batch = queue.pop(0)
-                ref = remote.remote(snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split)
+                ref = remote.remote(
+                    snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split
+                )
                 pending[ref] = (i, len(batch))
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
                 i, n = pending.pop(ref)
                 try:
                     results[i] = ray.get(ref)
-                except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
-                        ray.exceptions.ObjectLostError) as exc:
+                except (
+                    ray.exceptions.WorkerCrashedError,
+                    ray.exceptions.NodeDiedError,
+                    ray.exceptions.ObjectLostError,
+                ) as exc:
                     # Ray's WorkerCrashedError does not say where the worker ran: name the nodes
                     # that could run this batch (the one node of a single machine); a
                     # NodeDiedError's own text, kept below, names the node that died.
                     need = {"CPU": self.config.num_cpus, **self.config.resources}
-                    nodes = [f"{nd['NodeID']} ({nd['NodeManagerAddress']}{'' if nd['Alive'] else ', dead'})"
-                             for nd in ray.nodes() if all(nd["Resources"].get(k, 0) >= v for k, v in need.items())]
-                    where = (f"node {nodes[0]}" if len(nodes) == 1 else f"one of nodes {', '.join(nodes[:8])}"
-                             + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else ""))
-                    raise ClusterError(f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
-                                       f"retries on {where}: {type(exc).__name__}: {exc}") from exc
+                    nodes = [
+                        f"{nd['NodeID']} ({nd['NodeManagerAddress']}{'' if nd['Alive'] else ', dead'})"
+                        for nd in ray.nodes()
+                        if all(nd["Resources"].get(k, 0) >= v for k, v in need.items())
+                    ]
+                    where = (
+                        f"node {nodes[0]}"
+                        if len(nodes) == 1
+                        else f"one of nodes {', '.join(nodes[:8])}"
+                        + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+                    )
+                    raise ClusterError(
+                        f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
+                        f"retries on {where}: {type(exc).__name__}: {exc}"
+                    ) from exc
                 returned[i] = time.time()
                 with self.lock:
                     self.progress_by_req[rid].done += n
@@ -192,7 +225,18 @@ class Evaluator:
         # How each rollout was batched: the CPUs the request saw, its batch size, when it was
         # sized and when the batch's results came back (epoch seconds): evidence for placement
         # and throughput on a cluster that changes under the run.
-        traces = [{**t, "batch": {"cluster_cpus": seen, "size": size, "index": i, "sized_at": sized_at,
-                                  "returned_at": returned[i]}}
-                  for i in sorted(results) for t in results[i][1]]
+        traces = [
+            {
+                **t,
+                "batch": {
+                    "cluster_cpus": seen,
+                    "size": size,
+                    "index": i,
+                    "sized_at": sized_at,
+                    "returned_at": returned[i],
+                },
+            }
+            for i in sorted(results)
+            for t in results[i][1]
+        ]
         return concat(tables), traces

@@ -48,8 +48,9 @@ def materialize_once(snapshot: Snapshot) -> Path:
     return dest
 
 
-def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec], run_id: str,
-              split: str) -> tuple[pa.Table, list[dict]]:
+def run_batch(
+    snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec], run_id: str, split: str
+) -> tuple[pa.Table, list[dict]]:
     pristine = materialize_once(snapshot)
     # Where each rollout ran: evidence for placement (custom resources) and for lost-node retries.
     node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
@@ -76,14 +77,32 @@ def run_batch(snapshot: Snapshot, target, tasks: dict, specs: list[RolloutSpec],
             finally:
                 if private:
                     shutil.rmtree(work, ignore_errors=True)
-        rows.append({
-            "run_id": run_id, "snapshot_id": snapshot.snapshot_id, "split": split,
-            "task_id": spec.task_id, "trial": spec.trial, "sample_seed": spec.sample_seed,
-            "score": float(result.score) if result.status == "ok" else 0.0, "status": result.status,
-            "duration_s": float(duration), "tokens_in": result.tokens_in, "tokens_out": result.tokens_out,
-            "cost_usd": result.cost_usd, "trace_ref": None,
-            "metrics": result.metrics if result.status == "ok" else None,
-        })
-        traces.append({"task_id": spec.task_id, "trial": spec.trial, "snapshot_id": snapshot.snapshot_id,
-                       "split": split, "node_id": node_id, **result.trace})
+        rows.append(
+            {
+                "run_id": run_id,
+                "snapshot_id": snapshot.snapshot_id,
+                "split": split,
+                "task_id": spec.task_id,
+                "trial": spec.trial,
+                "sample_seed": spec.sample_seed,
+                "score": float(result.score) if result.status == "ok" else 0.0,
+                "status": result.status,
+                "duration_s": float(duration),
+                "tokens_in": result.tokens_in,
+                "tokens_out": result.tokens_out,
+                "cost_usd": result.cost_usd,
+                "trace_ref": None,
+                "metrics": result.metrics if result.status == "ok" else None,
+            }
+        )
+        traces.append(
+            {
+                "task_id": spec.task_id,
+                "trial": spec.trial,
+                "snapshot_id": snapshot.snapshot_id,
+                "split": split,
+                "node_id": node_id,
+                **result.trace,
+            }
+        )
     return rows_to_table(rows), traces

@@ -142,8 +142,10 @@ class WorkerPool:
         # Pinned to the driver's node: an actor lost with another node would restart from the
         # run's initial ``states`` and replay edits already used; the driver's node ends the run anyway.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.actors = [WorkerActor.options(scheduling_strategy=here).remote(worker_cfg, str(base_dir), seed + i, states[i])
-                       for i in range(n)]
+        self.actors = [
+            WorkerActor.options(scheduling_strategy=here).remote(worker_cfg, str(base_dir), seed + i, states[i])
+            for i in range(n)
+        ]
 
     def __len__(self) -> int:
         return len(self.actors)

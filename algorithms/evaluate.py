@@ -24,12 +24,21 @@ class Evaluate(Algorithm):
         for split in ("train", "dev"):
             if not self.ctx.evaluator.split_ids(split):
                 continue
-            table = self.ctx.evaluator.evaluate(seed, split, trials=self.params.trials, salt=f"evaluate/{split}",
-                                                label=f"{split}")
+            table = self.ctx.evaluator.evaluate(
+                seed, split, trials=self.params.trials, salt=f"evaluate/{split}", label=f"{split}"
+            )
             m = ScoreMatrix.from_table(table)
-            self.decide("measure", seed.snapshot_id, None, reason=f"{split} mean {m.mean():.4f}",
-                        reason_code="measured", split=split, mean=m.mean(), tasks=len(m.task_ids),
-                        trials=self.params.trials)
+            self.decide(
+                "measure",
+                seed.snapshot_id,
+                None,
+                reason=f"{split} mean {m.mean():.4f}",
+                reason_code="measured",
+                split=split,
+                mean=m.mean(),
+                tasks=len(m.task_ids),
+                trials=self.params.trials,
+            )
 
     def done(self) -> bool:
         return True  # no steps: nothing is evolved

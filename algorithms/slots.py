@@ -242,8 +242,10 @@ def build_rule(name: str, spec: dict) -> Any:
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params) - fields)
     if unknown:
-        raise ConfigError(f"policy {name}.{spec['rule']}: unknown parameter {unknown[0]!r}; "
-                          f"valid: {', '.join(sorted(fields)) or 'none'}")
+        raise ConfigError(
+            f"policy {name}.{spec['rule']}: unknown parameter {unknown[0]!r}; "
+            f"valid: {', '.join(sorted(fields)) or 'none'}"
+        )
     policy = cls(**params)
     for f in dataclasses.fields(cls):  # the rules' numeric parameters are probabilities
         value = getattr(policy, f.name)

@@ -48,15 +48,30 @@ def submit(config: str, address: str, overrides, run_dir: str | None = None, wai
     workdir, config_rel = _working_dir(Path(config), resolved.base_dir)
     for path in prepared.benchmark.user_paths():
         if not _inside(path.resolve(), workdir):
-            raise ConfigError(f"{path} is outside {workdir}, the directory the job ships: move the problem file "
-                              "next to the config (or below it)")
-    entrypoint = shlex.join(["python", "-m", "rsi.driver.cli", "run", config_rel, "--run-dir", run_dir,
-                             "--ray.address", "auto", *[a for k, v in overrides for a in (f"--{k}", str(v))]])
+            raise ConfigError(
+                f"{path} is outside {workdir}, the directory the job ships: move the problem file "
+                "next to the config (or below it)"
+            )
+    entrypoint = shlex.join(
+        [
+            "python",
+            "-m",
+            "rsi.driver.cli",
+            "run",
+            config_rel,
+            "--run-dir",
+            run_dir,
+            "--ray.address",
+            "auto",
+            *[a for k, v in overrides for a in (f"--{k}", str(v))],
+        ]
+    )
     return _submit_job(address, entrypoint, workdir, resolved.run.name, run_dir, {"rsi_config": config_rel}, wait)
 
 
-def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wait: bool = True,
-                  allow_changed: bool = False) -> int:
+def submit_resume(
+    run_dir: str, address: str, working_dir: str | None = None, wait: bool = True, allow_changed: bool = False
+) -> int:
     """Submit ``rsi resume RUN_DIR`` as a job: the way back from a lost driver on a cluster.
 
     The run directory must be readable from here (an object store or a shared path). The job
@@ -75,15 +90,20 @@ def submit_resume(run_dir: str, address: str, working_dir: str | None = None, wa
     try:
         prepared = prepare_stored(records, workdir)
     except ConfigError as exc:
-        raise ConfigError(f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
-                          "directory its relative paths resolve against") from None
+        raise ConfigError(
+            f"--working-dir {workdir}: the run's config does not resolve there ({exc}); give the "
+            "directory its relative paths resolve against"
+        ) from None
     check_unchanged(records, prepared, allow_changed)
-    entrypoint = shlex.join(["python", "-m", "rsi.driver.cli", "resume", run_dir, *(["--allow-changed"] if allow_changed else [])])
+    entrypoint = shlex.join(
+        ["python", "-m", "rsi.driver.cli", "resume", run_dir, *(["--allow-changed"] if allow_changed else [])]
+    )
     return _submit_job(address, entrypoint, workdir, prepared.config.run.name, run_dir, {"rsi_resume": "1"}, wait)
 
 
-def _submit_job(address: str, entrypoint: str, workdir: Path, name: str, run_dir: str, metadata: dict,
-                wait: bool) -> int:
+def _submit_job(
+    address: str, entrypoint: str, workdir: Path, name: str, run_dir: str, metadata: dict, wait: bool
+) -> int:
     runtime_env = {"working_dir": str(workdir), "excludes": EXCLUDES}
     if not _inside(REPO, workdir):
         runtime_env["py_modules"] = [str(REPO / p) for p in PACKAGES]
@@ -91,8 +111,12 @@ def _submit_job(address: str, entrypoint: str, workdir: Path, name: str, run_dir
     client = _client(address)
     submission_id = f"rsi-{name}-{time.strftime('%Y%m%d-%H%M%S')}-{uuid.uuid4().hex[:6]}"
     try:
-        client.submit_job(entrypoint=entrypoint, runtime_env=runtime_env, submission_id=submission_id,
-                          metadata={"rsi_run_dir": run_dir, **metadata})
+        client.submit_job(
+            entrypoint=entrypoint,
+            runtime_env=runtime_env,
+            submission_id=submission_id,
+            metadata={"rsi_run_dir": run_dir, **metadata},
+        )
     except _auth_error() as exc:
         raise ClusterError(_auth_message(address, exc)) from None
     except RuntimeError as exc:
@@ -148,9 +172,11 @@ def _auth_error():
 
 def _auth_message(address: str, exc) -> str:
     sent = "a token was sent and refused" if auth_token() else "no token was found here"
-    return (f"the cluster at {address} refused authentication ({sent}): {getattr(exc, 'message', exc)}\n"
-            "Copy the cluster's token (`ray get-auth-token` on the head node) into RAY_AUTH_TOKEN, "
-            "or a file named by RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token.")
+    return (
+        f"the cluster at {address} refused authentication ({sent}): {getattr(exc, 'message', exc)}\n"
+        "Copy the cluster's token (`ray get-auth-token` on the head node) into RAY_AUTH_TOKEN, "
+        "or a file named by RAY_AUTH_TOKEN_PATH, or ~/.ray/auth_token."
+    )
 
 
 def _is_local(address: str) -> bool:
@@ -171,7 +197,8 @@ def _run_location(run_dir: str, local: bool) -> str:
         raise ConfigError(
             f"run directory {run_dir!r} is relative: on a remote cluster it would land in the job's temporary "
             "working directory on the head node. Use --storage s3://bucket/prefix (or gs://, or a path shared "
-            "by the head node), or --run-dir with such a location")
+            "by the head node), or --run-dir with such a location"
+        )
     return str(Path(run_dir).expanduser().resolve())
 
 
@@ -194,6 +221,7 @@ def _inside(path: Path, root: Path) -> bool:
 
 def _follow(client, submission_id: str, address: str) -> int:
     """Stream the job's output until it ends; the job's verdict is the exit code."""
+
     async def tail() -> None:
         async for chunk in client.tail_job_logs(submission_id):
             sys.stdout.write(chunk)
@@ -209,8 +237,11 @@ def _follow(client, submission_id: str, address: str) -> int:
             time.sleep(1)
             status = str(client.get_job_status(submission_id))
     except KeyboardInterrupt:
-        print(f"\nrsi submit: stopped following; the job keeps running on the cluster "
-              f"(stop it with: ray job stop {submission_id} --address {address})", file=sys.stderr)
+        print(
+            f"\nrsi submit: stopped following; the job keeps running on the cluster "
+            f"(stop it with: ray job stop {submission_id} --address {address})",
+            file=sys.stderr,
+        )
         return 130
     if status == "SUCCEEDED":
         print(f"job {submission_id} succeeded")

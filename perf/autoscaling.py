@@ -46,17 +46,33 @@ def traces(run_dir: Path) -> list[dict]:
     return [json.loads(line) for f in files for line in gzip.decompress(f.read_bytes()).decode().splitlines()]
 
 
-def submit(cluster: FakeAutoscalingCluster, config: Path, run_dir: Path, kill: bool = False,
-           timeout: float = 600) -> dict:
+def submit(
+    cluster: FakeAutoscalingCluster, config: Path, run_dir: Path, kill: bool = False, timeout: float = 600
+) -> dict:
     """``rsi submit`` the config and follow it to the end, sampling the cluster's worker nodes
     throughout. ``kill``: once the run is past its first decision, SIGKILL a worker node while
     a rollout runs on it. -> what happened, with epoch times."""
     watch = cluster.watch()
     watch.wait_first()
     t0 = time.time()
-    proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", "submit", str(config),
-                             "--address", cluster.dashboard_url, "--run-dir", str(run_dir)],
-                            cwd=REPO, env=cluster.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rsi.driver.cli",
+            "submit",
+            str(config),
+            "--address",
+            cluster.dashboard_url,
+            "--run-dir",
+            str(run_dir),
+        ],
+        cwd=REPO,
+        env=cluster.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     killed = None
     try:
         deadline = time.monotonic() + timeout
@@ -68,8 +84,12 @@ def submit(cluster: FakeAutoscalingCluster, config: Path, run_dir: Path, kill: b
             busy = cluster.busy_workers("solve.py") if decisions(run_dir) else []
             if busy:
                 kinds = [d["kind"] for d in decisions(run_dir)]
-                killed = {"node_id": busy[0], "t": time.time(), "pids": len(cluster.kill_worker(busy[0])),
-                          "decisions_before": kinds}
+                killed = {
+                    "node_id": busy[0],
+                    "t": time.time(),
+                    "pids": len(cluster.kill_worker(busy[0])),
+                    "decisions_before": kinds,
+                }
             time.sleep(0.1)
         out, _ = proc.communicate(timeout=max(1.0, deadline - time.monotonic()))
     finally:
@@ -78,8 +98,15 @@ def submit(cluster: FakeAutoscalingCluster, config: Path, run_dir: Path, kill: b
             proc.communicate()
         t_end = time.time()
         samples = watch.stop()
-    return {"returncode": proc.returncode, "output": out, "t_submit": t0, "t_end": t_end, "samples": samples,
-            "killed": killed, "run_dir": str(run_dir)}
+    return {
+        "returncode": proc.returncode,
+        "output": out,
+        "t_submit": t0,
+        "t_end": t_end,
+        "samples": samples,
+        "killed": killed,
+        "run_dir": str(run_dir),
+    }
 
 
 def scale_down(cluster: FakeAutoscalingCluster, t_end: float, timeout: float) -> float | None:
@@ -119,16 +146,21 @@ def summarise(run: dict, bin_s: float = 10.0) -> dict:
         "first_node_s": first_node,
         "demand_to_first_node_s": round(node_at - first_demand, 1) if node_at and first_demand else None,
         "first_rollout_s": rel(returned[0]) if returned else None,
-        "rollouts_per_s_from_first_node": (round(len(returned) / (returned[-1] - node_at), 2)
-                                           if node_at and returned and returned[-1] > node_at else None),
+        "rollouts_per_s_from_first_node": (
+            round(len(returned) / (returned[-1] - node_at), 2)
+            if node_at and returned and returned[-1] > node_at
+            else None
+        ),
         "max_workers_seen": max((len(s["workers"]) for s in samples), default=0),
         "nodes_over_time": timeline,
         "throughput_per_s": throughput,
         "throughput_bin_s": bin_s,
         "rollouts": len(run_traces),
         "rollouts_by_node": dict(Counter(t["node_id"] for t in run_traces)),
-        "requests": [{"t": rel(t), "cluster_cpus": c, "batch_size": b, "rollouts": k}
-                     for (t, c, b), k in sorted(requests.items())],
+        "requests": [
+            {"t": rel(t), "cluster_cpus": c, "batch_size": b, "rollouts": k}
+            for (t, c, b), k in sorted(requests.items())
+        ],
         "killed": _killed(run, samples, run_traces) if run["killed"] else None,
     }
 
@@ -139,11 +171,15 @@ def _killed(run: dict, samples: list[dict], run_traces: list[dict]) -> dict:
     k, t0 = run["killed"], run["t_submit"]
     before = {w for s in samples if s["t"] <= k["t"] for w in s["workers"]}
     new = next((s["t"] for s in samples if s["t"] > k["t"] and set(s["workers"]) - before), None)
-    in_flight = [t["batch"]["returned_at"] for t in run_traces
-                 if t["batch"]["sized_at"] < k["t"] < t["batch"]["returned_at"]]
-    return {**k, "t": round(k["t"] - t0, 1),
-            "kill_to_in_flight_done_s": round(max(in_flight) - k["t"], 1) if in_flight else None,
-            "kill_to_new_node_s": round(new - k["t"], 1) if new else None}
+    in_flight = [
+        t["batch"]["returned_at"] for t in run_traces if t["batch"]["sized_at"] < k["t"] < t["batch"]["returned_at"]
+    ]
+    return {
+        **k,
+        "t": round(k["t"] - t0, 1),
+        "kill_to_in_flight_done_s": round(max(in_flight) - k["t"], 1) if in_flight else None,
+        "kill_to_new_node_s": round(new - k["t"], 1) if new else None,
+    }
 
 
 def measure(root: Path, sleep_s: float = SCENARIO["sleep_s"]) -> dict:
@@ -152,9 +188,13 @@ def measure(root: Path, sleep_s: float = SCENARIO["sleep_s"]) -> dict:
     cluster = FakeAutoscalingCluster()
     try:
         cluster.wait_ready()
-        out = {"idle_timeout_s": cluster.idle_timeout_s, "max_workers": cluster.autoscaling["max_workers"],
-               "worker_cpus": cluster.autoscaling["available_node_types"]["cpu"]["resources"]["CPU"],
-               "sleep_s": sleep_s, "load_before": os.getloadavg()[0]}
+        out = {
+            "idle_timeout_s": cluster.idle_timeout_s,
+            "max_workers": cluster.autoscaling["max_workers"],
+            "worker_cpus": cluster.autoscaling["available_node_types"]["cpu"]["resources"]["CPU"],
+            "sleep_s": sleep_s,
+            "load_before": os.getloadavg()[0],
+        }
         for name, kill in (("undisturbed", False), ("node_killed", True)):
             assert not cluster.workers(), "each run starts with no worker node"
             run = submit(cluster, config, root / "runs" / name, kill=kill)
@@ -184,21 +224,31 @@ def table(m: dict) -> str:
     lines += [f"| {label} | " + " | ".join(str(m[r][key]) for r in runs) + " |" for label, key in rows]
     for r in runs:
         lines.append("")
-        lines.append(f"{r}: worker nodes over time (s: nodes) " +
-                     ", ".join(f"{t}: {n}" for t, n in m[r]["nodes_over_time"]))
-        lines.append(f"{r}: rollouts/s per {m[r]['throughput_bin_s']:.0f} s from submission " +
-                     ", ".join(f"{t}: {v}" for t, v in m[r]["throughput_per_s"]))
-        lines.append(f"{r}: measurements (s: cluster CPUs seen -> batch size x rollouts) " +
-                     ", ".join(f"{q['t']}: {q['cluster_cpus']} -> {q['batch_size']} x {q['rollouts']}"
-                               for q in m[r]["requests"]))
-        lines.append(f"{r}: rollouts per node " +
-                     ", ".join(f"…{k[-5:]}: {v}" for k, v in sorted(m[r]["rollouts_by_node"].items())))
+        lines.append(
+            f"{r}: worker nodes over time (s: nodes) " + ", ".join(f"{t}: {n}" for t, n in m[r]["nodes_over_time"])
+        )
+        lines.append(
+            f"{r}: rollouts/s per {m[r]['throughput_bin_s']:.0f} s from submission "
+            + ", ".join(f"{t}: {v}" for t, v in m[r]["throughput_per_s"])
+        )
+        lines.append(
+            f"{r}: measurements (s: cluster CPUs seen -> batch size x rollouts) "
+            + ", ".join(
+                f"{q['t']}: {q['cluster_cpus']} -> {q['batch_size']} x {q['rollouts']}" for q in m[r]["requests"]
+            )
+        )
+        lines.append(
+            f"{r}: rollouts per node "
+            + ", ".join(f"…{k[-5:]}: {v}" for k, v in sorted(m[r]["rollouts_by_node"].items()))
+        )
         if m[r]["killed"]:
             k = m[r]["killed"]
-            lines.append(f"{r}: node …{k['node_id'][-5:]} SIGKILLed at {k['t']} s ({k['pids']} processes), "
-                         f"after decisions {k['decisions_before']}; the measurements in flight were complete "
-                         f"{k['kill_to_in_flight_done_s']} s later, a new node joined "
-                         f"{k['kill_to_new_node_s']} s later")
+            lines.append(
+                f"{r}: node …{k['node_id'][-5:]} SIGKILLed at {k['t']} s ({k['pids']} processes), "
+                f"after decisions {k['decisions_before']}; the measurements in flight were complete "
+                f"{k['kill_to_in_flight_done_s']} s later, a new node joined "
+                f"{k['kill_to_new_node_s']} s later"
+            )
     return "\n".join(lines)
 
 
@@ -211,9 +261,11 @@ def main() -> None:
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="rsi-autoscaling-") as tmp:
         m = measure(Path(tmp), args.sleep)
-    print(f"fake multi-node cluster: head 0 CPUs, worker nodes of {m['worker_cpus']} CPU, at most "
-          f"{m['max_workers']}, idle timeout {m['idle_timeout_s']:.0f} s; rollouts sleep {m['sleep_s']} s; "
-          f"load average {m['load_before']:.1f} before / {m['load_after']:.1f} after")
+    print(
+        f"fake multi-node cluster: head 0 CPUs, worker nodes of {m['worker_cpus']} CPU, at most "
+        f"{m['max_workers']}, idle timeout {m['idle_timeout_s']:.0f} s; rollouts sleep {m['sleep_s']} s; "
+        f"load average {m['load_before']:.1f} before / {m['load_after']:.1f} after"
+    )
     print(table(m))
     if args.json:
         args.json.write_text(json.dumps(m, indent=1))

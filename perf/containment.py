@@ -35,10 +35,12 @@ from benchmarks.binpack.lockstep import PackingDialogue  # noqa: E402
 from rsi.sandbox import Limits, run_program  # noqa: E402
 
 TRIVIAL = "import json, sys\njson.load(sys.stdin)\nprint('{}')\n"
-NUMPY = "import json, sys\nimport numpy as np\njson.load(sys.stdin)\nprint(json.dumps({'s': int(np.arange(10).sum())}))\n"
+NUMPY = (
+    "import json, sys\nimport numpy as np\njson.load(sys.stdin)\nprint(json.dumps({'s': int(np.arange(10).sum())}))\n"
+)
 
 # The skeleton as it ran before the jail: the whole instance on stdin, one answer on stdout.
-ONE_SHOT_SKELETON = '''
+ONE_SHOT_SKELETON = """
 import contextlib, importlib.util, json, os, sys
 from pathlib import Path
 sys.dont_write_bytecode = True
@@ -51,7 +53,7 @@ with contextlib.redirect_stdout(sys.stderr):
     from heuristic import priority
     assignment = online.pack(task["items"], task["capacity"], priority)
 sys.stdout.write(json.dumps({"assignment": assignment.tolist()}) + "\\n")
-'''
+"""
 
 
 def checkout(body: str, name: str = "main.py") -> Path:
@@ -100,15 +102,25 @@ def binpack(rounds: int, instances: int) -> tuple[float, float, int]:
     old_t, new_t = [], []
     for _ in range(rounds):
         for task in tasks:
+
             def one_shot():
-                out = run_program([sys.executable, str(old / "skeleton.py")], work, task.input,
-                                  Limits(backend="process", timeout_s=300))
+                out = run_program(
+                    [sys.executable, str(old / "skeleton.py")],
+                    work,
+                    task.input,
+                    Limits(backend="process", timeout_s=300),
+                )
                 assert out.status == "ok", out.reason
 
             def lockstep():
-                out = run_program([sys.executable, str(bench.harness.resolve())], work, None,
-                                  Limits(backend="bwrap", timeout_s=300), harness=bench.harness_mounts(),
-                                  dialogue=PackingDialogue(task.input["items"], task.input["capacity"]))
+                out = run_program(
+                    [sys.executable, str(bench.harness.resolve())],
+                    work,
+                    None,
+                    Limits(backend="bwrap", timeout_s=300),
+                    harness=bench.harness_mounts(),
+                    dialogue=PackingDialogue(task.input["items"], task.input["capacity"]),
+                )
                 assert out.status == "ok", out.reason + out.stderr_tail
 
             old_t.append(timed(one_shot))
@@ -122,9 +134,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--instances", type=int, default=5)
     args = ap.parse_args()
-    print(f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
-          f"root={os.geteuid() == 0}, load {os.getloadavg()[0]:.2f}")
-    print("\n| rollout | bare subprocess ms | process backend ms | bwrap jail ms | jail - process ms | jail / process |")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
+        f"root={os.geteuid() == 0}, load {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        "\n| rollout | bare subprocess ms | process backend ms | bwrap jail ms | jail - process ms | jail / process |"
+    )
     print("| --- | --- | --- | --- | --- | --- |")
     for label, bare, proc, jail in per_rollout(args.rounds):
         print(f"| {label} | {bare:.1f} | {proc:.1f} | {jail:.1f} | {jail - proc:+.1f} | x{jail / proc:.2f} |")

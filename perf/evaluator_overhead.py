@@ -105,7 +105,8 @@ def main() -> None:
         variants = {
             "bare ray.remote, 1 rollout per task": lambda r: ray.get([bare.remote(target_ref, t) for t in tasks]),
             f"bare ray.remote, {batch} rollouts per task": lambda r: ray.get(
-                [bare_batch.remote(target_ref, tasks[i:i + batch]) for i in range(0, len(tasks), batch)]),
+                [bare_batch.remote(target_ref, tasks[i : i + batch]) for i in range(0, len(tasks), batch)]
+            ),
             "evaluator, no records": lambda r: ev.evaluate(snap, "train", salt=f"round{r}"),
             "evaluator + Parquet/trace records": lambda r: ev_rec.evaluate(snap, "train", salt=f"round{r}"),
             "evaluator, read-only target (no checkout copy)": lambda r: ev_ro.evaluate(snap, "train", salt=f"round{r}"),
@@ -119,7 +120,7 @@ def main() -> None:
         stats = ray.get(ev.actor.stats.remote())
         assert stats["cache_hits"] == 0 and stats["executed"] == args.rollouts * (args.rounds + 1)
         sandbox_s = []
-        for task in tasks[:args.sandboxed]:
+        for task in tasks[: args.sandboxed]:
             with snap.check_out() as work:
                 sandbox_s.append(timed(lambda: program.run(work, task, 0, 0)))
     finally:
@@ -128,11 +129,15 @@ def main() -> None:
 
     base = list(variants)[0]
     sandbox_ms = statistics.median(sandbox_s) * 1e3
-    print(f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before / {os.getloadavg()[0]:.1f} after; "
-          f"local Ray with {args.cpus} CPUs; {args.rollouts} rollouts per pass, {args.rounds} rounds")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before / {os.getloadavg()[0]:.1f} after; "
+        f"local Ray with {args.cpus} CPUs; {args.rollouts} rollouts per pass, {args.rounds} rounds"
+    )
     print()
-    print("| variant | per rollout (ms, median wall/rollouts) | x bare 1-per-task (median of per-round ratios) "
-          "| share of one sandboxed rollout |")
+    print(
+        "| variant | per rollout (ms, median wall/rollouts) | x bare 1-per-task (median of per-round ratios) "
+        "| share of one sandboxed rollout |"
+    )
     print("| --- | --- | --- | --- |")
     for name, ts in times.items():
         per = statistics.median(ts) / args.rollouts * 1e3

@@ -36,9 +36,15 @@ CONFIG = REPO / "configs" / "metasearch.yaml"
 
 
 def one_run(tmp: Path, seed: int, gate: int, z: float, confirm: bool, rounds: int, candidates: int) -> dict:
-    overrides = [("seed", str(seed)), ("benchmark.holdout", str(gate)), ("benchmark.oracle", str(gate)),
-                 ("algorithm.z_gate", str(z)), ("algorithm.max_rounds", str(rounds)),
-                 ("algorithm.candidates_per_round", str(candidates)), ("algorithm.confirm", str(confirm).lower())]
+    overrides = [
+        ("seed", str(seed)),
+        ("benchmark.holdout", str(gate)),
+        ("benchmark.oracle", str(gate)),
+        ("algorithm.z_gate", str(z)),
+        ("algorithm.max_rounds", str(rounds)),
+        ("algorithm.candidates_per_round", str(candidates)),
+        ("algorithm.confirm", str(confirm).lower()),
+    ]
     run_dir = tmp / f"gate{gate}-z{z:g}-{'confirm' if confirm else 'noconfirm'}-seed{seed}"
     t0 = time.monotonic()
     with contextlib.redirect_stdout(io.StringIO()):
@@ -47,8 +53,17 @@ def one_run(tmp: Path, seed: int, gate: int, z: float, confirm: bool, rounds: in
     report = json.loads((run_dir / "meta_report.json").read_text())
     decisions = r.records.decisions()
     admits = [d for d in decisions if d["kind"] == "admit"]
-    report["admits"] = [{"round": d["round"], "gain": d["gain"], "se": d["se"], "oracle_gain": d.get("oracle_gain"),
-                         "oracle_se": d.get("oracle_se"), "rule": d["rule"]} for d in admits]
+    report["admits"] = [
+        {
+            "round": d["round"],
+            "gain": d["gain"],
+            "se": d["se"],
+            "oracle_gain": d.get("oracle_gain"),
+            "oracle_se": d.get("oracle_se"),
+            "rule": d["rule"],
+        }
+        for d in admits
+    ]
     # Each admission judged where the gate could not look: the admitted rule against the one it
     # replaced, on the SOURCE validation pairs (its own family, instances the loop never saw).
     validation = [(200_000 + i, 0) for i in range(report["benchmark"]["validation_pairs_per_family"])]
@@ -57,8 +72,11 @@ def one_run(tmp: Path, seed: int, gate: int, z: float, confirm: bool, rounds: in
     for a in report["admits"]:
         after = on_validation(a["rule"])
         gain = after - before
-        a["validation_gain"], a["validation_wins"], a["validation_losses"] = \
-            float(gain.mean()), int((gain > 0).sum()), int((gain < 0).sum())
+        a["validation_gain"], a["validation_wins"], a["validation_losses"] = (
+            float(gain.mean()),
+            int((gain > 0).sum()),
+            int((gain < 0).sum()),
+        )
         before = after  # the next admission replaced this rule
     report["elapsed_s"] = time.monotonic() - t0
     report["candidates"] = sum(d["kind"] == "screen" for d in decisions)
@@ -76,9 +94,12 @@ def noise(pairs: int, budget: int) -> float:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--variants", default="9:2,9:0,9:0:noconfirm,200:2",
-                    help="GATE:Z[:noconfirm]: hold-out (= oracle) size in SOURCE pairs, z_gate, and whether a gate "
-                         "pass skips the oracle")
+    ap.add_argument(
+        "--variants",
+        default="9:2,9:0,9:0:noconfirm,200:2",
+        help="GATE:Z[:noconfirm]: hold-out (= oracle) size in SOURCE pairs, z_gate, and whether a gate "
+        "pass skips the oracle",
+    )
     ap.add_argument("--rounds", type=int, default=36)
     ap.add_argument("--candidates", type=int, default=4)
     ap.add_argument("--cpus", type=int, default=2)
@@ -92,10 +113,10 @@ def main() -> None:
     cache_path = Path(args.out).with_suffix(".json")
     cache = json.loads(cache_path.read_text()) if cache_path.exists() and not args.fresh else {}
     seeds = [int(s) for s in args.seeds.split(",")]
-    variants = [(int(v[0]), float(v[1]), v[2:] != ["noconfirm"])
-                for v in (x.split(":") for x in args.variants.split(","))]
-    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             namespace="rsi")
+    variants = [
+        (int(v[0]), float(v[1]), v[2:] != ["noconfirm"]) for v in (x.split(":") for x in args.variants.split(","))
+    ]
+    ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False, namespace="rsi")
     with tempfile.TemporaryDirectory() as tmp:
         for gate, z, confirm in variants:
             for seed in seeds:
@@ -106,18 +127,19 @@ def main() -> None:
                 rep = cache[key]
                 src, tgt = rep["families"]["source"], rep["families"]["target"]
                 v = rep["validation"]
-                print(f"{key}: {len(rep['admits'])} admitted; {src} {v[src]['gain']:+.4f} ± {v[src]['se']:.4f} "
-                      f"({v[src]['wins']}/{v[src]['losses']}), {tgt} {v[tgt]['gain']:+.4f} ± {v[tgt]['se']:.4f}; "
-                      f"transfer {rep['transfer_ratio']}; {rep['placement']['verdict']}; {rep['elapsed_s']:.0f}s",
-                      flush=True)
+                print(
+                    f"{key}: {len(rep['admits'])} admitted; {src} {v[src]['gain']:+.4f} ± {v[src]['se']:.4f} "
+                    f"({v[src]['wins']}/{v[src]['losses']}), {tgt} {v[tgt]['gain']:+.4f} ± {v[tgt]['se']:.4f}; "
+                    f"transfer {rep['transfer_ratio']}; {rep['placement']['verdict']}; {rep['elapsed_s']:.0f}s",
+                    flush=True,
+                )
     ray.shutdown()
     results = {v: [cache[run_key(*v, s, args)] for s in seeds] for v in variants}
     write(args, seeds, variants, results, noise(50, 60))
 
 
 def run_key(gate: int, z: float, confirm: bool, seed: int, args) -> str:
-    return (f"gate={gate} z={z:g}{'' if confirm else ' noconfirm'} seed={seed} "
-            f"rounds={args.rounds}x{args.candidates}")
+    return f"gate={gate} z={z:g}{'' if confirm else ' noconfirm'} seed={seed} rounds={args.rounds}x{args.candidates}"
 
 
 def _f(v, digits=4, sign=True) -> str:
@@ -149,47 +171,74 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
         "| --- | --- | --- | --- | --- |",
     ]
     for s in first["c_sweep"]:
-        lines.append(f"| {s['rule']} | {_f(s['source_gain'])} | {_f(s['source_se'], sign=False)} | "
-                     f"{_f(s['target_gain'])} | {_f(s['target_se'], sign=False)} |")
+        lines.append(
+            f"| {s['rule']} | {_f(s['source_gain'])} | {_f(s['source_se'], sign=False)} | "
+            f"{_f(s['target_gain'])} | {_f(s['target_se'], sign=False)} |"
+        )
     for gate, z, confirm in variants:
         runs = results[(gate, z, confirm)]
-        title = (f"Gate hold-out = oracle = {gate} pairs, z_gate {z:g}" if confirm else
-                 f"Gate hold-out = {gate} pairs, z_gate {z:g}, no oracle (algorithm.confirm: false)")
-        lines += ["", f"## {title}", "",
-                  f"| outer seed | admitted | {src} gain ± se (wins/losses) | {tgt} gain ± se (wins/losses) | "
-                  "transfer | vs c-sweep front | evolved rule (return line) | wall (s) |",
-                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        title = (
+            f"Gate hold-out = oracle = {gate} pairs, z_gate {z:g}"
+            if confirm
+            else f"Gate hold-out = {gate} pairs, z_gate {z:g}, no oracle (algorithm.confirm: false)"
+        )
+        lines += [
+            "",
+            f"## {title}",
+            "",
+            f"| outer seed | admitted | {src} gain ± se (wins/losses) | {tgt} gain ± se (wins/losses) | "
+            "transfer | vs c-sweep front | evolved rule (return line) | wall (s) |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
         for seed, rep in zip(seeds, runs):
             v = rep["validation"]
-            ret = next((ln.strip() for ln in rep["evolved"]["rule"].splitlines() if ln.strip().startswith("return")),
-                       "")
-            lines.append(f"| {seed} | {len(rep['admits'])} | {_f(v[src]['gain'])} ± {v[src]['se']:.4f} "
-                         f"({v[src]['wins']}/{v[src]['losses']}) | {_f(v[tgt]['gain'])} ± {v[tgt]['se']:.4f} "
-                         f"({v[tgt]['wins']}/{v[tgt]['losses']}) | {_f(rep['transfer_ratio'], 2, False)} | "
-                         f"{rep['placement']['verdict']} | `{ret}` | {rep['elapsed_s']:.0f} |")
+            ret = next(
+                (ln.strip() for ln in rep["evolved"]["rule"].splitlines() if ln.strip().startswith("return")), ""
+            )
+            lines.append(
+                f"| {seed} | {len(rep['admits'])} | {_f(v[src]['gain'])} ± {v[src]['se']:.4f} "
+                f"({v[src]['wins']}/{v[src]['losses']}) | {_f(v[tgt]['gain'])} ± {v[tgt]['se']:.4f} "
+                f"({v[tgt]['wins']}/{v[tgt]['losses']}) | {_f(rep['transfer_ratio'], 2, False)} | "
+                f"{rep['placement']['verdict']} | `{ret}` | {rep['elapsed_s']:.0f} |"
+            )
         sg = [r["validation"][src]["gain"] for r in runs]
         tg = [r["validation"][tgt]["gain"] for r in runs]
-        sd = (lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0)
-        lines += ["", f"Mean over seeds: {src} {statistics.mean(sg):+.4f} ± {sd(sg):.4f} (sd), "
-                      f"{tgt} {statistics.mean(tg):+.4f} ± {sd(tg):.4f} (sd). "
-                      f"Runs whose promoted rule loses on its own family's validation: "
-                      f"{sum(g < 0 for g in sg)}/{len(sg)}."]
+        sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
+        lines += [
+            "",
+            f"Mean over seeds: {src} {statistics.mean(sg):+.4f} ± {sd(sg):.4f} (sd), "
+            f"{tgt} {statistics.mean(tg):+.4f} ± {sd(tg):.4f} (sd). "
+            f"Runs whose promoted rule loses on its own family's validation: "
+            f"{sum(g < 0 for g in sg)}/{len(sg)}.",
+        ]
         judged = [a for r in runs for a in r["admits"] if "validation_gain" in a]
         if judged:
-            lines.append(f"Admissions that lose to the rule they replaced on SOURCE validation: "
-                         f"{sum(a['validation_gain'] < 0 for a in judged)}/{len(judged)}.")
+            lines.append(
+                f"Admissions that lose to the rule they replaced on SOURCE validation: "
+                f"{sum(a['validation_gain'] < 0 for a in judged)}/{len(judged)}."
+            )
         for seed, rep in zip(seeds, runs):
             if rep["admits"]:
                 steps = "; ".join(
                     f"round {a['round']}: gate {_f(a['gain'])} ± {_f(a['se'], sign=False)}"
                     + (f", oracle {_f(a['oracle_gain'])} ± {_f(a['oracle_se'], sign=False)}" if confirm else "")
-                    + (f", on SOURCE validation vs the rule it replaced {_f(a['validation_gain'])} "
-                       f"({a['validation_wins']}/{a['validation_losses']})" if "validation_gain" in a else "")
-                    for a in rep["admits"])
+                    + (
+                        f", on SOURCE validation vs the rule it replaced {_f(a['validation_gain'])} "
+                        f"({a['validation_wins']}/{a['validation_losses']})"
+                        if "validation_gain" in a
+                        else ""
+                    )
+                    for a in rep["admits"]
+                )
                 lines.append(f"- seed {seed} admissions: {steps}")
-    lines += ["", "```", f"unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/meta_quality.py --fresh "
-                         f"--seeds {args.seeds} --variants {args.variants} --rounds {args.rounds} "
-                         f"--candidates {args.candidates}'", "```"]
+    lines += [
+        "",
+        "```",
+        f"unshare -n sh -c 'ip link set lo up && exec .venv/bin/python perf/meta_quality.py --fresh "
+        f"--seeds {args.seeds} --variants {args.variants} --rounds {args.rounds} "
+        f"--candidates {args.candidates}'",
+        "```",
+    ]
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
 

@@ -104,7 +104,7 @@ def main() -> None:
 
     target, probe = target_for(args.budget), target_for(1)
     seed = Snapshot.from_dir(REPO / "targets" / "meta_policy")
-    rules = rule_snapshots(seed, [1.0, 0.0, 0.25, 0.5, 2.0, 0.75, 1.5, 3.0][:args.rules])
+    rules = rule_snapshots(seed, [1.0, 0.0, 0.25, 0.5, 2.0, 0.75, 1.5, 3.0][: args.rules])
     tasks = target.benchmark.split("train")
     n = len(tasks) * len(rules)
     sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -113,9 +113,11 @@ def main() -> None:
     ray.init(num_cpus=args.cpus, include_dashboard=False, log_to_driver=False, configure_logging=False)
     with tempfile.TemporaryDirectory() as tmp:
         workdirs = [r.materialize(Path(tmp) / f"rule{i}") for i, r in enumerate(rules)]
+
         def client(name: str, tgt, bs: int):
-            return EvaluatorClient.start(name, tgt, EvaluatorConfig(batch_size=bs or None), 0, False,
-                                         RunRecords.create(tmp, name))
+            return EvaluatorClient.start(
+                name, tgt, EvaluatorConfig(batch_size=bs or None), 0, False, RunRecords.create(tmp, name)
+            )
 
         clients = {bs: client(f"tp{bs}", target, bs) for bs in sizes}
         probe_client = client("probe", probe, 0)
@@ -142,17 +144,29 @@ def main() -> None:
         walls = [f[0] for _, f in pairs[bs]]
         inner = statistics.median(f[1] for _, f in pairs[bs])
         wall = statistics.median(walls)
-        rows.append({"batch": bs or f"target hint (<= {target.batch_hint}, equal per CPU)", "cold_s": cold[bs],
-                     "wall_s": wall, "rate": n / wall, "speedup": statistics.median(sw / f[0] for sw, f in pairs[bs]),
-                     "inner_ms": 1e3 * inner / n, "overhead_ms": 1e3 * (wall * args.cpus - inner) / n})
+        rows.append(
+            {
+                "batch": bs or f"target hint (<= {target.batch_hint}, equal per CPU)",
+                "cold_s": cold[bs],
+                "wall_s": wall,
+                "rate": n / wall,
+                "speedup": statistics.median(sw / f[0] for sw, f in pairs[bs]),
+                "inner_ms": 1e3 * inner / n,
+                "overhead_ms": 1e3 * (wall * args.cpus - inner) / n,
+            }
+        )
         r = rows[-1]
-        print(f"fan-out batch {r['batch']}: warm {wall:.2f}s = {r['rate']:.1f}/s, speedup x{r['speedup']:.2f} "
-              f"(median of paired passes), idle CPU-time per search {r['overhead_ms']:.2f} ms")
+        print(
+            f"fan-out batch {r['batch']}: warm {wall:.2f}s = {r['rate']:.1f}/s, speedup x{r['speedup']:.2f} "
+            f"(median of paired passes), idle CPU-time per search {r['overhead_ms']:.2f} ms"
+        )
     probe_fan = statistics.median(f for _, f in probes)
     probe_serial = statistics.median(s for s, _ in probes)
     fixed = {"fan_ms": 1e3 * probe_fan / n, "serial_ms": 1e3 * probe_serial / n, "search_ms": 1e3 * s_wall / n}
-    print(f"serial: {n / s_wall:.1f}/s, {fixed['search_ms']:.2f} ms per search; budget-1 probe: fan-out "
-          f"{fixed['fan_ms']:.3f} ms per rollout, serial {fixed['serial_ms']:.3f} ms")
+    print(
+        f"serial: {n / s_wall:.1f}/s, {fixed['search_ms']:.2f} ms per search; budget-1 probe: fan-out "
+        f"{fixed['fan_ms']:.3f} ms per rollout, serial {fixed['serial_ms']:.3f} ms"
+    )
     ceiling = statistics.median(pools)
     print(f"plain {args.cpus}-process pool: speedup x{ceiling:.2f} (median of paired passes)")
     write(args, n, s_wall, s_inner, rows, fixed, ceiling, (load_before, os.getloadavg()[0]))
@@ -183,8 +197,10 @@ def write(args, n, s_wall, s_inner, rows, fixed, ceiling, load) -> None:
         "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in rows:
-        lines.append(f"| {r['batch']} | {r['cold_s']:.2f} | {r['wall_s']:.2f} | {r['rate']:.1f} | "
-                     f"x{r['speedup']:.2f} | {r['inner_ms']:.2f} | {r['overhead_ms']:.2f} |")
+        lines.append(
+            f"| {r['batch']} | {r['cold_s']:.2f} | {r['wall_s']:.2f} | {r['rate']:.1f} | "
+            f"x{r['speedup']:.2f} | {r['inner_ms']:.2f} | {r['overhead_ms']:.2f} |"
+        )
     pct = 100 * fixed["fan_ms"] / fixed["search_ms"]
     lines += [
         "",

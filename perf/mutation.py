@@ -83,24 +83,56 @@ TARGETS: dict[str, Target] = {
         files=("actors/evaluator.py", "rsi/results.py"),
         # __init__ and _run need a live Ray (ray.put, remote tasks): they are measured by the Ray
         # tests, not here. evaluate() is in-process whenever every rollout is a cache hit.
-        functions=_fns("actors.evaluator", "sample_seed", "Evaluator.split_ids", "Evaluator.preload",
-                       "Evaluator.progress", "Evaluator.stats", "Evaluator.evaluate", "Evaluator._specs",
-                       "Evaluator._batch_size")
-        + _fns("rsi.results", "rows_to_table", "empty_table", "concat", "ScoreMatrix.__init__",
-               "ScoreMatrix.from_table", "ScoreMatrix.avg_at_k", "ScoreMatrix.mean", "per_dataset_means",
-               "metric_means"),
+        functions=_fns(
+            "actors.evaluator",
+            "sample_seed",
+            "Evaluator.split_ids",
+            "Evaluator.preload",
+            "Evaluator.progress",
+            "Evaluator.stats",
+            "Evaluator.evaluate",
+            "Evaluator._specs",
+            "Evaluator._batch_size",
+        )
+        + _fns(
+            "rsi.results",
+            "rows_to_table",
+            "empty_table",
+            "concat",
+            "ScoreMatrix.__init__",
+            "ScoreMatrix.from_table",
+            "ScoreMatrix.avg_at_k",
+            "ScoreMatrix.mean",
+            "per_dataset_means",
+            "metric_means",
+        ),
         tests=("tests/test_records.py", "tests/test_mutation_killers_evaluator.py"),
     ),
     "sandbox-limits": Target(
         about="the rollout jail's limits and verdicts: Limits validation, rlimit pairs, status/reason of a run",
         files=("rsi/sandbox.py",),
         # Limits.cpu_limit_s is a @property: mutmut never mutates decorated functions.
-        functions=_fns("rsi.sandbox", "Limits.__post_init__", "_rlimits", "_clamp", "_verdict", "_parse",
-                       "_signal_name", "_last_line", "_clip"),
+        functions=_fns(
+            "rsi.sandbox",
+            "Limits.__post_init__",
+            "_rlimits",
+            "_clamp",
+            "_verdict",
+            "_parse",
+            "_signal_name",
+            "_last_line",
+            "_clip",
+        ),
         # test_sandbox.py's other tests reach these only around a child process (seconds each)
-        tests=tuple(f"tests/test_sandbox.py::{t}" for t in (
-            "test_scrubbed_env_keeps_only_the_allowlist", "test_misuse_raises",
-            "test_candidate_script_that_cannot_start_is_its_error")) + ("tests/test_mutation_killers_sandbox.py",),
+        tests=tuple(
+            f"tests/test_sandbox.py::{t}"
+            for t in (
+                "test_scrubbed_env_keeps_only_the_allowlist",
+                "test_misuse_raises",
+                "test_candidate_script_that_cannot_start_is_its_error",
+            )
+        )
+        + ("tests/test_mutation_killers_sandbox.py",),
     ),
     "meta-gate-se": Target(
         about="meta-evolve's proposal gate (AST whitelist, grid, build) and the paired gate's standard error",
@@ -133,94 +165,231 @@ _WHERE = "where = f\"line {{getattr(node, 'lineno', {})}}\""
 _P = "p = 1.0 if {} else min(1.0, 2 * sum(math.comb(n, k) for k in {}) / 2**n)"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
     # ---- algorithms/darwinx/gate.py
-    ("algorithms/darwinx/gate.py", _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
-     _P.format("(n == 0) and False", "range(0, min(wins, losses) + 1)"),
-     "at n = 0 the formula gives min(1, 2 * C(0, 0) / 2**0) = 1.0 too"),
-    ("algorithms/darwinx/gate.py", _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
-     _P.format("n == 1", "range(0, min(wins, losses) + 1)"),
-     "the formula is 1.0 at n = 0 (2 / 1, capped) and at n = 1 (2 * C(1, 0) / 2)"),
-    ("algorithms/darwinx/gate.py", _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
-     _P.format("n == 0", "range(min(wins, losses) + 1)"), "range(0, x) is range(x)"),
-    ("algorithms/darwinx/gate.py",
-     "sums = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
-     "sums = diffs[rng.integers(len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
-     "Generator.integers(n) is integers(0, n): same draws from the same stream"),
+    (
+        "algorithms/darwinx/gate.py",
+        _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
+        _P.format("(n == 0) and False", "range(0, min(wins, losses) + 1)"),
+        "at n = 0 the formula gives min(1, 2 * C(0, 0) / 2**0) = 1.0 too",
+    ),
+    (
+        "algorithms/darwinx/gate.py",
+        _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
+        _P.format("n == 1", "range(0, min(wins, losses) + 1)"),
+        "the formula is 1.0 at n = 0 (2 / 1, capped) and at n = 1 (2 * C(1, 0) / 2)",
+    ),
+    (
+        "algorithms/darwinx/gate.py",
+        _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
+        _P.format("n == 0", "range(min(wins, losses) + 1)"),
+        "range(0, x) is range(x)",
+    ),
+    (
+        "algorithms/darwinx/gate.py",
+        "sums = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
+        "sums = diffs[rng.integers(len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
+        "Generator.integers(n) is integers(0, n): same draws from the same stream",
+    ),
     # ---- actors/evaluator.py, rsi/results.py
-    ("actors/evaluator.py", 'return int.from_bytes(digest[:7], "big")', "return int.from_bytes(digest[:7], )",
-     "Python >= 3.11 defaults byteorder to 'big' (3.10 would raise TypeError)"),
-    ("actors/evaluator.py", "self.progress_by_req.pop(rid, None)", "self.progress_by_req.pop(rid, )",
-     "the entry is always there: it is inserted just before the try"),
-    ("actors/evaluator.py", _TAKE.format("idx", "pa.int64()"), _TAKE.format("(idx) or True", "pa.int64()"),
-     "with no rows, take([]) of the concatenated (schema) table equals empty_table()"),
-    ("actors/evaluator.py", _TAKE.format("idx", "pa.int64()"), _TAKE.format("idx", "None"),
-     "pa.array infers int64 from a list of Python ints"),
-    ("actors/evaluator.py", _TAKE.format("idx", "pa.int64()"), _TAKE.format("idx", ""),
-     "pa.array infers int64 from a list of Python ints"),
-    ("rsi/results.py", _MEANS.format("self.scores.shape[1]", "len(self.task_ids)"),
-     _MEANS.format("(self.scores.shape[1]) or True", "len(self.task_ids)"),
-     "unreachable branch: shape[1] == 0 means size == 0, which returned above"),
-    ("rsi/results.py", _MEANS.format("self.scores.shape[1]", "len(self.task_ids)"),
-     _MEANS.format("self.scores.shape[1]", "None"),
-     "unreachable branch: shape[1] == 0 means size == 0, which returned above"),
+    (
+        "actors/evaluator.py",
+        'return int.from_bytes(digest[:7], "big")',
+        "return int.from_bytes(digest[:7], )",
+        "Python >= 3.11 defaults byteorder to 'big' (3.10 would raise TypeError)",
+    ),
+    (
+        "actors/evaluator.py",
+        "self.progress_by_req.pop(rid, None)",
+        "self.progress_by_req.pop(rid, )",
+        "the entry is always there: it is inserted just before the try",
+    ),
+    (
+        "actors/evaluator.py",
+        _TAKE.format("idx", "pa.int64()"),
+        _TAKE.format("(idx) or True", "pa.int64()"),
+        "with no rows, take([]) of the concatenated (schema) table equals empty_table()",
+    ),
+    (
+        "actors/evaluator.py",
+        _TAKE.format("idx", "pa.int64()"),
+        _TAKE.format("idx", "None"),
+        "pa.array infers int64 from a list of Python ints",
+    ),
+    (
+        "actors/evaluator.py",
+        _TAKE.format("idx", "pa.int64()"),
+        _TAKE.format("idx", ""),
+        "pa.array infers int64 from a list of Python ints",
+    ),
+    (
+        "rsi/results.py",
+        _MEANS.format("self.scores.shape[1]", "len(self.task_ids)"),
+        _MEANS.format("(self.scores.shape[1]) or True", "len(self.task_ids)"),
+        "unreachable branch: shape[1] == 0 means size == 0, which returned above",
+    ),
+    (
+        "rsi/results.py",
+        _MEANS.format("self.scores.shape[1]", "len(self.task_ids)"),
+        _MEANS.format("self.scores.shape[1]", "None"),
+        "unreachable branch: shape[1] == 0 means size == 0, which returned above",
+    ),
     # ---- algorithms/meta/stats.py, algorithms/meta/gate.py
-    *[("algorithms/meta/stats.py", _PAIRED.format("dtype=float", "dtype=float"), _PAIRED.format(*new),
-       "scores are int, float or bool: with the other side a float array the difference is the same floats")
-      for new in (("dtype=None", "dtype=float"), ("", "dtype=float"), ("dtype=float", "dtype=None"),
-                  ("dtype=float", ""))],
-    *[("algorithms/meta/stats.py", _VALIDATE.format("dtype=float", "dtype=float"), _VALIDATE.format(*new),
-       "scores are int, float or bool: with the other side a float array the difference is the same floats")
-      for new in (("dtype=None", "dtype=float"), ("", "dtype=float"), ("dtype=float", "dtype=None"),
-                  ("dtype=float", ""))],
-    *[("algorithms/meta/gate.py", _IMPORT.format("globals, locals, fromlist, level"), _IMPORT.format(new),
-       "an absolute import (the only kind let through) reads neither globals nor locals, and level is 0")
-      for new in ("None, locals, fromlist, level", "globals, None, fromlist, level", "globals, locals, fromlist, ")],
-    *[("algorithms/meta/gate.py::_check_policy_node", _WHERE.format("'?'"), _WHERE.format(new),
-       "every node kind the policy walk refuses carries a line number") for new in ("None", "'XX?XX'")],
+    *[
+        (
+            "algorithms/meta/stats.py",
+            _PAIRED.format("dtype=float", "dtype=float"),
+            _PAIRED.format(*new),
+            "scores are int, float or bool: with the other side a float array the difference is the same floats",
+        )
+        for new in (
+            ("dtype=None", "dtype=float"),
+            ("", "dtype=float"),
+            ("dtype=float", "dtype=None"),
+            ("dtype=float", ""),
+        )
+    ],
+    *[
+        (
+            "algorithms/meta/stats.py",
+            _VALIDATE.format("dtype=float", "dtype=float"),
+            _VALIDATE.format(*new),
+            "scores are int, float or bool: with the other side a float array the difference is the same floats",
+        )
+        for new in (
+            ("dtype=None", "dtype=float"),
+            ("", "dtype=float"),
+            ("dtype=float", "dtype=None"),
+            ("dtype=float", ""),
+        )
+    ],
+    *[
+        (
+            "algorithms/meta/gate.py",
+            _IMPORT.format("globals, locals, fromlist, level"),
+            _IMPORT.format(new),
+            "an absolute import (the only kind let through) reads neither globals nor locals, and level is 0",
+        )
+        for new in ("None, locals, fromlist, level", "globals, None, fromlist, level", "globals, locals, fromlist, ")
+    ],
+    *[
+        (
+            "algorithms/meta/gate.py::_check_policy_node",
+            _WHERE.format("'?'"),
+            _WHERE.format(new),
+            "every node kind the policy walk refuses carries a line number",
+        )
+        for new in ("None", "'XX?XX'")
+    ],
     # ---- rsi/records.py
-    ("rsi/records.py", _DUMPS.format("False"), _DUMPS.format("None"),
-     "json tests ensure_ascii for truth: None is False"),
+    (
+        "rsi/records.py",
+        _DUMPS.format("False"),
+        _DUMPS.format("None"),
+        "json tests ensure_ascii for truth: None is False",
+    ),
     ("rsi/records.py", _JSON.format("False"), _JSON.format("None"), "json tests ensure_ascii for truth: None is False"),
-    ("rsi/records.py", 'self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=False).encode())',
-     'self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=None).encode())',
-     "yaml tests sort_keys for truth: None is False"),
-    ("rsi/records.py", _SEL.format("allow_not_found=True"), _SEL.format("allow_not_found=None"),
-     "only asked when root is an existing directory: never not found"),
-    ("rsi/records.py", _SEL.format("allow_not_found=True"), _SEL.format(""),
-     "only asked when root is an existing directory: never not found"),
-    ("rsi/records.py", _SEL.format("allow_not_found=True"), _SEL.format("allow_not_found=False"),
-     "only asked when root is an existing directory: never not found"),
-    ("rsi/records.py", "fs.create_dir(root, recursive=True)", "fs.create_dir(root, )",
-     "pyarrow's create_dir defaults to recursive=True"),
-    ("rsi/records.py", 'self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)',
-     'self.fs.create_dir(dest.rsplit("/", 1)[0], )', "pyarrow's create_dir defaults to recursive=True"),
-    ("rsi/records.py", 'tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"', 'tmp = f"{dest}.tmp-{uuid.uuid4().hex[:9]}"',
-     "the temporary name is renamed away before write_bytes returns"),
+    (
+        "rsi/records.py",
+        'self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=False).encode())',
+        'self.write_bytes("config.yaml", yaml.safe_dump(redacted, sort_keys=None).encode())',
+        "yaml tests sort_keys for truth: None is False",
+    ),
+    (
+        "rsi/records.py",
+        _SEL.format("allow_not_found=True"),
+        _SEL.format("allow_not_found=None"),
+        "only asked when root is an existing directory: never not found",
+    ),
+    (
+        "rsi/records.py",
+        _SEL.format("allow_not_found=True"),
+        _SEL.format(""),
+        "only asked when root is an existing directory: never not found",
+    ),
+    (
+        "rsi/records.py",
+        _SEL.format("allow_not_found=True"),
+        _SEL.format("allow_not_found=False"),
+        "only asked when root is an existing directory: never not found",
+    ),
+    (
+        "rsi/records.py",
+        "fs.create_dir(root, recursive=True)",
+        "fs.create_dir(root, )",
+        "pyarrow's create_dir defaults to recursive=True",
+    ),
+    (
+        "rsi/records.py",
+        'self.fs.create_dir(dest.rsplit("/", 1)[0], recursive=True)',
+        'self.fs.create_dir(dest.rsplit("/", 1)[0], )',
+        "pyarrow's create_dir defaults to recursive=True",
+    ),
+    (
+        "rsi/records.py",
+        'tmp = f"{dest}.tmp-{uuid.uuid4().hex[:8]}"',
+        'tmp = f"{dest}.tmp-{uuid.uuid4().hex[:9]}"',
+        "the temporary name is renamed away before write_bytes returns",
+    ),
     # ---- rsi/sandbox.py
-    ("rsi/sandbox.py", 'lines = bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace").strip().splitlines()',
-     'lines = bytes(data[-_TAIL_BYTES:]).decode(errors="replace").strip().splitlines()',
-     "bytes.decode's default encoding is UTF-8"),
-    ("rsi/sandbox.py", 'lines = bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace").strip().splitlines()',
-     'lines = bytes(data[-_TAIL_BYTES:]).decode("UTF-8", errors="replace").strip().splitlines()',
-     "codec names are case-insensitive"),
-    ("rsi/sandbox.py", 'text = stdout.decode("utf-8", errors="replace").strip()',
-     'text = stdout.decode(errors="replace").strip()', "bytes.decode's default encoding is UTF-8"),
-    ("rsi/sandbox.py", 'text = stdout.decode("utf-8", errors="replace").strip()',
-     'text = stdout.decode("UTF-8", errors="replace").strip()', "codec names are case-insensitive"),
-    ("rsi/sandbox.py", 'last = text.rsplit("\\n", 1)[-1].strip()', 'last = text.rsplit("\\n", )[-1].strip()',
-     "[-1] of an rsplit is the last piece whatever the split count"),
-    ("rsi/sandbox.py", 'last = text.rsplit("\\n", 1)[-1].strip()', 'last = text.rsplit("\\n", 2)[-1].strip()',
-     "[-1] of an rsplit is the last piece whatever the split count"),
-    ("rsi/sandbox.py", "nproc = None", 'nproc = ""',
-     "unreachable on Linux: the branch runs only where /proc/self/task is missing"),
-    ("rsi/sandbox.py", "(resource.RLIMIT_NOFILE, (limits.open_files,) * 2),",
-     "(resource.RLIMIT_NOFILE, (limits.open_files,) * 3),",
-     "Linux's RLIMIT_NOFILE hard limit is always finite, so _clamp rebuilds the pair from the first two values"),
-    ("rsi/sandbox.py", 'what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"',
-     'what = f"killed by {_signal_name(-code)}" if code <= 0 else f"exit code {code}"',
-     "code is non-zero here (code == 0 returned earlier)"),
-    ("rsi/sandbox.py", 'what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"',
-     'what = f"killed by {_signal_name(-code)}" if code < 1 else f"exit code {code}"',
-     "code is a non-zero integer here: < 1 and < 0 agree"),
+    (
+        "rsi/sandbox.py",
+        'lines = bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace").strip().splitlines()',
+        'lines = bytes(data[-_TAIL_BYTES:]).decode(errors="replace").strip().splitlines()',
+        "bytes.decode's default encoding is UTF-8",
+    ),
+    (
+        "rsi/sandbox.py",
+        'lines = bytes(data[-_TAIL_BYTES:]).decode("utf-8", errors="replace").strip().splitlines()',
+        'lines = bytes(data[-_TAIL_BYTES:]).decode("UTF-8", errors="replace").strip().splitlines()',
+        "codec names are case-insensitive",
+    ),
+    (
+        "rsi/sandbox.py",
+        'text = stdout.decode("utf-8", errors="replace").strip()',
+        'text = stdout.decode(errors="replace").strip()',
+        "bytes.decode's default encoding is UTF-8",
+    ),
+    (
+        "rsi/sandbox.py",
+        'text = stdout.decode("utf-8", errors="replace").strip()',
+        'text = stdout.decode("UTF-8", errors="replace").strip()',
+        "codec names are case-insensitive",
+    ),
+    (
+        "rsi/sandbox.py",
+        'last = text.rsplit("\\n", 1)[-1].strip()',
+        'last = text.rsplit("\\n", )[-1].strip()',
+        "[-1] of an rsplit is the last piece whatever the split count",
+    ),
+    (
+        "rsi/sandbox.py",
+        'last = text.rsplit("\\n", 1)[-1].strip()',
+        'last = text.rsplit("\\n", 2)[-1].strip()',
+        "[-1] of an rsplit is the last piece whatever the split count",
+    ),
+    (
+        "rsi/sandbox.py",
+        "nproc = None",
+        'nproc = ""',
+        "unreachable on Linux: the branch runs only where /proc/self/task is missing",
+    ),
+    (
+        "rsi/sandbox.py",
+        "(resource.RLIMIT_NOFILE, (limits.open_files,) * 2),",
+        "(resource.RLIMIT_NOFILE, (limits.open_files,) * 3),",
+        "Linux's RLIMIT_NOFILE hard limit is always finite, so _clamp rebuilds the pair from the first two values",
+    ),
+    (
+        "rsi/sandbox.py",
+        'what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"',
+        'what = f"killed by {_signal_name(-code)}" if code <= 0 else f"exit code {code}"',
+        "code is non-zero here (code == 0 returned earlier)",
+    ),
+    (
+        "rsi/sandbox.py",
+        'what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"',
+        'what = f"killed by {_signal_name(-code)}" if code < 1 else f"exit code {code}"',
+        "code is a non-zero integer here: < 1 and < 0 agree",
+    ),
 ]
 
 # Survivors in code that runs only when a rollout is not in the cache, i.e. on Ray (``_run``):
@@ -231,38 +400,87 @@ _PROG = "self.progress_by_req[rid] = {}"
 _SORT = "idx = sorted(range(table.num_rows), {})"
 _SORT_KEY = 'key=lambda i: order[(table["task_id"][i].as_py(), table["trial"][i].as_py())]'
 NEEDS_RAY: list[tuple[str, str, str, str]] = [
-    ("actors/evaluator.py", "todo.append(spec)", "todo.append(None)",
-     "a cache miss goes to _run, which fails on None: every Ray test with a fresh rollout"),
-    ("actors/evaluator.py", "rid = next(self.req_ids)", "rid = None",
-     "ids only keep concurrent requests' progress apart while _run waits on Ray; no Ray test checks that"),
-    *[("actors/evaluator.py", _PROG.format("_Progress(total=len(specs), done=len(cached))"), _PROG.format(new), why)
-      for new, why in (
-        ("None", "_run adds to the entry: every Ray test with a fresh rollout fails"),
-        ("_Progress(total=len(specs), done=None)", "_run adds to done: every Ray test with a fresh rollout fails"),
-        ("_Progress(total=None, done=len(cached))", "total is read only by progress() while _run runs"),
-        ("_Progress(done=len(cached))", "total is read only by progress() while _run runs"),
-        ("_Progress(total=len(specs), )", "done is read only by progress() while _run runs"))],
-    *[("actors/evaluator.py", "fresh, traces = self._run(req, todo, rid)", f"fresh, traces = self._run({new})",
-       "_run's arguments matter only when there is something to run: every Ray test with a fresh rollout")
-      for new in ("None, todo, rid", "req, None, rid", "req, todo, None")],
-    ("actors/evaluator.py", _FRESH.format("snapshot_id", "task_id", "sample_seed", "row"),
-     _FRESH.format("snapshot_id", "task_id", "sample_seed", "None"),
-     "fresh rows come from _run; checked by hand: test_meta_outer.py's "
-     "test_inner_searches_are_deterministic_and_cached_through_the_evaluator fails on it"),
-    *[("actors/evaluator.py", _FRESH.format("snapshot_id", "task_id", "sample_seed", "row"), _FRESH.format(*new),
-       "fresh rows come from _run; KeyError on every fresh rollout") for new in (
-        ("XXsnapshot_idXX", "task_id", "sample_seed", "row"), ("SNAPSHOT_ID", "task_id", "sample_seed", "row"),
-        ("snapshot_id", "XXtask_idXX", "sample_seed", "row"), ("snapshot_id", "TASK_ID", "sample_seed", "row"),
-        ("snapshot_id", "task_id", "XXsample_seedXX", "row"), ("snapshot_id", "task_id", "SAMPLE_SEED", "row"))],
-    *[("actors/evaluator.py", _SORT.format(_SORT_KEY), _SORT.format(new),
-       "cached rows are already in request order; only a request mixing cached and fresh rows needs the sort")
-      for new in ("key=None", "")],
+    (
+        "actors/evaluator.py",
+        "todo.append(spec)",
+        "todo.append(None)",
+        "a cache miss goes to _run, which fails on None: every Ray test with a fresh rollout",
+    ),
+    (
+        "actors/evaluator.py",
+        "rid = next(self.req_ids)",
+        "rid = None",
+        "ids only keep concurrent requests' progress apart while _run waits on Ray; no Ray test checks that",
+    ),
+    *[
+        ("actors/evaluator.py", _PROG.format("_Progress(total=len(specs), done=len(cached))"), _PROG.format(new), why)
+        for new, why in (
+            ("None", "_run adds to the entry: every Ray test with a fresh rollout fails"),
+            ("_Progress(total=len(specs), done=None)", "_run adds to done: every Ray test with a fresh rollout fails"),
+            ("_Progress(total=None, done=len(cached))", "total is read only by progress() while _run runs"),
+            ("_Progress(done=len(cached))", "total is read only by progress() while _run runs"),
+            ("_Progress(total=len(specs), )", "done is read only by progress() while _run runs"),
+        )
+    ],
+    *[
+        (
+            "actors/evaluator.py",
+            "fresh, traces = self._run(req, todo, rid)",
+            f"fresh, traces = self._run({new})",
+            "_run's arguments matter only when there is something to run: every Ray test with a fresh rollout",
+        )
+        for new in ("None, todo, rid", "req, None, rid", "req, todo, None")
+    ],
+    (
+        "actors/evaluator.py",
+        _FRESH.format("snapshot_id", "task_id", "sample_seed", "row"),
+        _FRESH.format("snapshot_id", "task_id", "sample_seed", "None"),
+        "fresh rows come from _run; checked by hand: test_meta_outer.py's "
+        "test_inner_searches_are_deterministic_and_cached_through_the_evaluator fails on it",
+    ),
+    *[
+        (
+            "actors/evaluator.py",
+            _FRESH.format("snapshot_id", "task_id", "sample_seed", "row"),
+            _FRESH.format(*new),
+            "fresh rows come from _run; KeyError on every fresh rollout",
+        )
+        for new in (
+            ("XXsnapshot_idXX", "task_id", "sample_seed", "row"),
+            ("SNAPSHOT_ID", "task_id", "sample_seed", "row"),
+            ("snapshot_id", "XXtask_idXX", "sample_seed", "row"),
+            ("snapshot_id", "TASK_ID", "sample_seed", "row"),
+            ("snapshot_id", "task_id", "XXsample_seedXX", "row"),
+            ("snapshot_id", "task_id", "SAMPLE_SEED", "row"),
+        )
+    ],
+    *[
+        (
+            "actors/evaluator.py",
+            _SORT.format(_SORT_KEY),
+            _SORT.format(new),
+            "cached rows are already in request order; only a request mixing cached and fresh rows needs the sort",
+        )
+        for new in ("key=None", "")
+    ],
 ]
 
 
 STATUS = {  # mutmut 3's exit codes (mutmut/stats.py)
-    1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 35: "suspicious",
-    36: "timeout", 37: "killed", -24: "timeout", 24: "timeout", 152: "timeout", 255: "timeout", None: "not run",
+    1: "killed",
+    3: "killed",
+    0: "survived",
+    5: "no tests",
+    33: "no tests",
+    34: "skipped",
+    35: "suspicious",
+    36: "timeout",
+    37: "killed",
+    -24: "timeout",
+    24: "timeout",
+    152: "timeout",
+    255: "timeout",
+    None: "not run",
 }
 
 
@@ -295,10 +513,20 @@ def _config(target: Target, tests: list[str], args) -> str:
     lines += ["only_mutate ="] + [f"    {f}" for f in target.files]
     lines += ["also_copy ="] + [f"    {d}" for d in ALSO]
     lines += ["pytest_add_cli_args_test_selection ="] + [f"    {t}" for t in tests]
-    lines += ["pytest_add_cli_args =", "    -p", "    no:cacheprovider",
-              f"timeout_multiplier = {args.timeout_multiplier}", f"timeout_constant = {args.timeout_constant}",
-              "use_git_change_detection = false", "",
-              "[tool:pytest]", f"timeout = {args.test_timeout}", "markers =", "    slow: see pyproject.toml", ""]
+    lines += [
+        "pytest_add_cli_args =",
+        "    -p",
+        "    no:cacheprovider",
+        f"timeout_multiplier = {args.timeout_multiplier}",
+        f"timeout_constant = {args.timeout_constant}",
+        "use_git_change_detection = false",
+        "",
+        "[tool:pytest]",
+        f"timeout = {args.test_timeout}",
+        "markers =",
+        "    slow: see pyproject.toml",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -378,8 +606,15 @@ def run_target(name: str, target: Target, args) -> Outcome:
     env = {**os.environ, "RAY_ENABLE_AUTO_CONNECT": "0"}
     with open(log, "wb") as fh:
         try:
-            rc = subprocess.run(cmd, cwd=ws, env=env, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                timeout=args.target_timeout).returncode
+            rc = subprocess.run(
+                cmd,
+                cwd=ws,
+                env=env,
+                stdout=fh,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                timeout=args.target_timeout,
+            ).returncode
         except subprocess.TimeoutExpired:
             rc = None
     out.seconds = time.monotonic() - start
@@ -398,8 +633,13 @@ def run_target(name: str, target: Target, args) -> Outcome:
         out.error = f"no mutant results (see {log})"
     survivors = sorted(out.by_status.get("survived", []) + out.by_status.get("no tests", []), key=_order)
     if survivors:
-        done = subprocess.run([sys.executable, "-c", _DIFFS], cwd=ws, capture_output=True, text=True,
-                              input=json.dumps([[n, where[n]] for n in survivors]))
+        done = subprocess.run(
+            [sys.executable, "-c", _DIFFS],
+            cwd=ws,
+            capture_output=True,
+            text=True,
+            input=json.dumps([[n, where[n]] for n in survivors]),
+        )
         out.diffs = json.loads(done.stdout) if done.returncode == 0 else {n: "(diff unavailable)" for n in survivors}
     for mutant in survivors:
         minus, plus = _changed(out.diffs.get(mutant, ""))
@@ -426,27 +666,40 @@ def machine() -> str:
         pass
     try:
         from importlib.metadata import version
+
         mm = version("mutmut")
     except Exception:
         mm = "?"
-    return (f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu or platform.machine()}), "
-            f"Python {platform.python_version()}, mutmut {mm}")
+    return (
+        f"{platform.system()} {platform.release()}, {os.cpu_count()} CPUs ({cpu or platform.machine()}), "
+        f"Python {platform.python_version()}, mutmut {mm}"
+    )
 
 
 def report(outcomes: list[Outcome], args) -> str:
     now = datetime.datetime.now().astimezone().strftime("%Y-%m-%d %H:%M %Z")
-    lines = [f"# mutation run, {now}", "", f"{machine()}; --max-children {args.max_children}", "",
-             "| target | mutants | killed | timeout | survived | no tests | equivalent | needs Ray | open | seconds |",
-             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
+    lines = [
+        f"# mutation run, {now}",
+        "",
+        f"{machine()}; --max-children {args.max_children}",
+        "",
+        "| target | mutants | killed | timeout | survived | no tests | equivalent | needs Ray | open | seconds |",
+        "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+    ]
     for o in outcomes:
-        lines.append(f"| {o.name} | {o.total} | {o.count('killed')} | {o.count('timeout')} | {o.count('survived')} "
-                     f"| {o.count('no tests')} | {len(o.equivalent)} | {len(o.needs_ray)} | {len(o.open)} "
-                     f"| {o.seconds:.0f} |")
+        lines.append(
+            f"| {o.name} | {o.total} | {o.count('killed')} | {o.count('timeout')} | {o.count('survived')} "
+            f"| {o.count('no tests')} | {len(o.equivalent)} | {len(o.needs_ray)} | {len(o.open)} "
+            f"| {o.seconds:.0f} |"
+        )
     for o in outcomes:
         if o.error:
             lines += ["", f"**{o.name}: {o.error}**"]
-        other = {k: len(v) for k, v in o.by_status.items() if k not in ("killed", "timeout", "survived", "no tests",
-                                                                       "not run")}
+        other = {
+            k: len(v)
+            for k, v in o.by_status.items()
+            if k not in ("killed", "timeout", "survived", "no tests", "not run")
+        }
         if other:
             lines += ["", f"{o.name}: also {other}"]
         if o.open:
@@ -462,20 +715,29 @@ def report(outcomes: list[Outcome], args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     p.add_argument("targets", nargs="*", help=f"targets to run (default: all): {', '.join(TARGETS)}")
     p.add_argument("--list", action="store_true", help="print the targets and exit")
     p.add_argument("--workdir", default=str(REPO / "build" / "mutation"), help="scratch copies (git-ignored)")
     p.add_argument("--report", default=None, help="markdown report (default: WORKDIR/report.md)")
     p.add_argument("--max-children", type=int, default=2, help="mutants tested in parallel (default 2)")
-    p.add_argument("--timeout-multiplier", type=float, default=10.0,
-                   help="a mutant's CPU-time limit, as a multiple of its tests' clean time (default 10)")
+    p.add_argument(
+        "--timeout-multiplier",
+        type=float,
+        default=10.0,
+        help="a mutant's CPU-time limit, as a multiple of its tests' clean time (default 10)",
+    )
     p.add_argument("--timeout-constant", type=float, default=2.0, help="seconds added before multiplying")
     p.add_argument("--test-timeout", type=int, default=60, help="pytest-timeout per test, wall clock (default 60)")
     p.add_argument("--target-timeout", type=int, default=1800, help="a whole target's wall-clock limit")
-    p.add_argument("--tests", nargs="+", default=None,
-                   help="replace the named targets' test selection (e.g. to measure another one)")
+    p.add_argument(
+        "--tests",
+        nargs="+",
+        default=None,
+        help="replace the named targets' test selection (e.g. to measure another one)",
+    )
     p.add_argument("--strict", action="store_true", help="exit 1 when an unlisted survivor is left")
     args = p.parse_args(argv)
     unknown = [t for t in args.targets if t not in TARGETS]
@@ -483,8 +745,10 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"unknown target(s) {unknown}; known: {', '.join(TARGETS)}")
     if args.list:
         for name, t in TARGETS.items():
-            print(f"{name}: {t.about}\n  files: {' '.join(t.files)}\n  functions: {' '.join(t.functions)}\n"
-                  f"  tests: {' '.join(t.tests)}")
+            print(
+                f"{name}: {t.about}\n  files: {' '.join(t.files)}\n  functions: {' '.join(t.functions)}\n"
+                f"  tests: {' '.join(t.tests)}"
+            )
         return 0
     try:
         import mutmut  # noqa: F401
@@ -498,10 +762,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.tests:
             target = Target(target.about, target.files, target.functions, tuple(args.tests))
         o = run_target(name, target, args)
-        print(f"{name}: {o.total} mutants, {o.count('killed')} killed, {o.count('timeout')} timeout, "
-              f"{o.count('survived')} survived, {o.count('no tests')} no tests, {len(o.equivalent)} equivalent, "
-              f"{len(o.needs_ray)} need Ray, {len(o.open)} open ({o.seconds:.0f} s)"
-              f"{'; ' + o.error if o.error else ''}", flush=True)
+        print(
+            f"{name}: {o.total} mutants, {o.count('killed')} killed, {o.count('timeout')} timeout, "
+            f"{o.count('survived')} survived, {o.count('no tests')} no tests, {len(o.equivalent)} equivalent, "
+            f"{len(o.needs_ray)} need Ray, {len(o.open)} open ({o.seconds:.0f} s)"
+            f"{'; ' + o.error if o.error else ''}",
+            flush=True,
+        )
         outcomes.append(o)
     text = report(outcomes, args)
     path = Path(args.report) if args.report else Path(args.workdir) / "report.md"

@@ -96,8 +96,10 @@ def study(args, run: int) -> str:
     below = next((i + 1 for i, v in enumerate(curve) if v < excess(SEED_SOURCE, train) - 1e-9), None)
     at = [f"{curve[min(n, len(curve)) - 1]:.2f}%" for n in (50, 100, 200)]
     body = "\n".join("    " + line for line in best.split("# rsi: evolve\n")[1].splitlines())
-    return (f"| {run} | {below} | {' | '.join(at)} | {excess(best, test):.2f}% "
-            f"| {time.perf_counter() - start:.0f} |\n{body}")
+    return (
+        f"| {run} | {below} | {' | '.join(at)} | {excess(best, test):.2f}% "
+        f"| {time.perf_counter() - start:.0f} |\n{body}"
+    )
 
 
 def main() -> None:

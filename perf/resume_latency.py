@@ -36,19 +36,42 @@ REPO = Path(__file__).resolve().parents[1]
 def scenario(root: Path, sleep_s: float) -> Path:
     shutil.copytree(REPO / "targets" / "table_demo", root / "target")
     solve = root / "target" / "solve.py"
-    solve.write_text(solve.read_text().replace("    sys.stdin.read()", f"    __import__('time').sleep({sleep_s})\n"
-                                                                       "    sys.stdin.read()"))
+    solve.write_text(
+        solve.read_text().replace(
+            "    sys.stdin.read()", f"    __import__('time').sleep({sleep_s})\n    sys.stdin.read()"
+        )
+    )
     train = [f"t{i}" for i in range(4)]
     levels = {"v0": 0.5, "v1": 0.75, "v2": 0.0, "v3": 1.0}
-    (root / "table.yaml").write_text(yaml.safe_dump(
-        {"splits": {"train": train, "test": ["x0"]}, "scores": {v: {t: s for t in train + ["x0"]} for v, s in levels.items()}}))
-    (root / "script.yaml").write_text(yaml.safe_dump(
-        {"edits": [{"files": {"VERSION": f"{v}\n"}, "reply": v} for v in ("v2", "v1", "v3")], "ask_reply": "noted"}))
-    cfg = {"name": "resume", "seed": 3, "storage": str(root / "runs"),
-           "target": {"path": "target", "kind": "program", "entry": "solve.py"},
-           "benchmark": {"name": "table", "path": "table.yaml"},
-           "algorithm": {"name": "darwinx", "worker": {"type": "scripted", "script": "script.yaml"},
-                         "screen_size": 2, "screen_samples": 1, "confirm_samples": 2, "max_steps": 3, "merge_every": 0}}
+    (root / "table.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "splits": {"train": train, "test": ["x0"]},
+                "scores": {v: {t: s for t in train + ["x0"]} for v, s in levels.items()},
+            }
+        )
+    )
+    (root / "script.yaml").write_text(
+        yaml.safe_dump(
+            {"edits": [{"files": {"VERSION": f"{v}\n"}, "reply": v} for v in ("v2", "v1", "v3")], "ask_reply": "noted"}
+        )
+    )
+    cfg = {
+        "name": "resume",
+        "seed": 3,
+        "storage": str(root / "runs"),
+        "target": {"path": "target", "kind": "program", "entry": "solve.py"},
+        "benchmark": {"name": "table", "path": "table.yaml"},
+        "algorithm": {
+            "name": "darwinx",
+            "worker": {"type": "scripted", "script": "script.yaml"},
+            "screen_size": 2,
+            "screen_samples": 1,
+            "confirm_samples": 2,
+            "max_steps": 3,
+            "merge_every": 0,
+        },
+    }
     path = root / "darwinx.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -68,8 +91,15 @@ class Driver:
 
     def __init__(self, env: dict, *args: str):
         self.lines: list[tuple[float, str]] = []
-        self.proc = subprocess.Popen([sys.executable, "-m", "rsi.driver.cli", *args], cwd=REPO, env=env, text=True,
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "rsi.driver.cli", *args],
+            cwd=REPO,
+            env=env,
+            text=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
@@ -122,7 +152,7 @@ def wait_for(cond, driver: Driver, timeout: float = 300, poll: float = 0.01) -> 
 def kinds(run_dir: Path) -> list[str]:
     path = run_dir / "decisions.jsonl"
     out = []
-    for line in (path.read_text().splitlines() if path.exists() else []):
+    for line in path.read_text().splitlines() if path.exists() else []:
         try:
             out.append(json.loads(line)["kind"])
         except json.JSONDecodeError:
@@ -148,8 +178,12 @@ def one_round(config: Path, root: Path, env: dict, r: int) -> dict:
     wait_for(lambda: resume.line_time("resume: continuing") is not None, resume)
     t_resumed_ready = resume.line_time("resume: continuing")
     resume.kill()
-    return {"resume_ready": t_resumed_ready - t_kill, "resume_first": t_resumed_first - t_kill,
-            "cold_first": t_cold_first - t_launch, "stored_at_kill": len(stored)}
+    return {
+        "resume_ready": t_resumed_ready - t_kill,
+        "resume_first": t_resumed_first - t_kill,
+        "cold_first": t_cold_first - t_launch,
+        "stored_at_kill": len(stored),
+    }
 
 
 def main() -> None:
@@ -159,7 +193,12 @@ def main() -> None:
     args = ap.parse_args()
     root = Path(tempfile.mkdtemp(prefix="rsi-perf-resume-"))
     # A token made for these runs: nothing is read from or written to ~/.ray.
-    env = {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": secrets.token_hex(32), "RAY_USAGE_STATS_ENABLED": "0"}
+    env = {
+        **os.environ,
+        "RAY_AUTH_MODE": "token",
+        "RAY_AUTH_TOKEN": secrets.token_hex(32),
+        "RAY_USAGE_STATS_ENABLED": "0",
+    }
     load0 = os.getloadavg()[0]
     try:
         config = scenario(root, args.sleep)
@@ -175,13 +214,17 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
     med = {k: statistics.median(r[k] for r in rounds) for k in rounds[0]}
     ratio = statistics.median(r["resume_first"] / r["cold_first"] for r in rounds)
-    print(f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before / {os.getloadavg()[0]:.1f} after; "
-          f"{args.rounds} rounds (+{discarded} discarded: Ray did not start), rollouts sleep {args.sleep}s")
+    print(
+        f"machine: {os.cpu_count()} CPUs, load average {load0:.1f} before / {os.getloadavg()[0]:.1f} after; "
+        f"{args.rounds} rounds (+{discarded} discarded: Ray did not start), rollouts sleep {args.sleep}s"
+    )
     print()
     print("| mark | seconds (median) |")
     print("| --- | --- |")
-    print(f"| SIGKILL -> resumed driver has its state back (Ray up, state and stored rollouts loaded) | "
-          f"{med['resume_ready']:.2f} |")
+    print(
+        f"| SIGKILL -> resumed driver has its state back (Ray up, state and stored rollouts loaded) | "
+        f"{med['resume_ready']:.2f} |"
+    )
     print(f"| SIGKILL -> first new measurement stored by the resumed driver | {med['resume_first']:.2f} |")
     print(f"| cold `rsi run`: launch -> first measurement stored | {med['cold_first']:.2f} |")
     print(f"| ratio: resumed progress / cold first progress (median of per-round ratios) | x{ratio:.2f} |")

@@ -29,17 +29,36 @@ def scenario(root: Path, train: int, steps: int) -> Path:
     shutil.copytree(REPO / "targets" / "table_demo", root / "target")
     ids = [f"t{i}" for i in range(train)]
     versions = [f"v{i}" for i in range(steps + 1)]
-    (root / "table.yaml").write_text(yaml.safe_dump({
-        "splits": {"train": ids, "test": ["x0", "x1"]},
-        "scores": {v: {t: min(1.0, 0.3 + 0.1 * i) for t in ids + ["x0", "x1"]} for i, v in enumerate(versions)}}))
-    (root / "script.yaml").write_text(yaml.safe_dump(
-        {"edits": [{"files": {"VERSION": f"{v}\n"}, "reply": v} for v in versions[1:]], "ask_reply": "noted"}))
-    cfg = {"name": "storage", "seed": 1, "storage": str(root / "runs"), "ray": {"num_cpus": 2},
-           "target": {"path": "target", "kind": "program", "entry": "solve.py"},
-           "benchmark": {"name": "table", "path": "table.yaml"},
-           "algorithm": {"name": "darwinx", "worker": {"type": "scripted", "script": "script.yaml"},
-                         "screen_size": max(1, train // 2), "screen_samples": 1, "confirm_samples": 2,
-                         "max_steps": steps, "merge_every": 0}}
+    (root / "table.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "splits": {"train": ids, "test": ["x0", "x1"]},
+                "scores": {v: {t: min(1.0, 0.3 + 0.1 * i) for t in ids + ["x0", "x1"]} for i, v in enumerate(versions)},
+            }
+        )
+    )
+    (root / "script.yaml").write_text(
+        yaml.safe_dump(
+            {"edits": [{"files": {"VERSION": f"{v}\n"}, "reply": v} for v in versions[1:]], "ask_reply": "noted"}
+        )
+    )
+    cfg = {
+        "name": "storage",
+        "seed": 1,
+        "storage": str(root / "runs"),
+        "ray": {"num_cpus": 2},
+        "target": {"path": "target", "kind": "program", "entry": "solve.py"},
+        "benchmark": {"name": "table", "path": "table.yaml"},
+        "algorithm": {
+            "name": "darwinx",
+            "worker": {"type": "scripted", "script": "script.yaml"},
+            "screen_size": max(1, train // 2),
+            "screen_samples": 1,
+            "confirm_samples": 2,
+            "max_steps": steps,
+            "merge_every": 0,
+        },
+    }
     path = root / "darwinx.yaml"
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return path
@@ -54,17 +73,30 @@ def distinct_rows(table, n: int):
 
     rng = random.Random(n)
     template = table.slice(0, 1).to_pylist()[0]
-    rows = [{**template, "task_id": f"t{i % 200}", "trial": i // 200, "sample_seed": rng.getrandbits(56),
-             "score": rng.choice([0.0, 0.5, 1.0]), "duration_s": rng.uniform(0.05, 2.0),
-             "trace_ref": f"traces/{1796000000000000000 + rng.getrandbits(40)}-train-{i // 16}.jsonl.gz#{i % 16}"}
-            for i in range(n)]
+    rows = [
+        {
+            **template,
+            "task_id": f"t{i % 200}",
+            "trial": i // 200,
+            "sample_seed": rng.getrandbits(56),
+            "score": rng.choice([0.0, 0.5, 1.0]),
+            "duration_s": rng.uniform(0.05, 2.0),
+            "trace_ref": f"traces/{1796000000000000000 + rng.getrandbits(40)}-train-{i // 16}.jsonl.gz#{i % 16}",
+        }
+        for i in range(n)
+    ]
     return pa.Table.from_pylist(rows, schema=table.schema)
 
 
 def kind_of(rel: str) -> str:
     top = rel.split("/", 1)[0]
-    return {"rollouts": "rollouts/*.parquet", "traces": "traces/*.jsonl.gz", "blobs": "blobs + snapshots",
-            "snapshots": "blobs + snapshots", "state": "state/latest.json.gz (rewritten per step)"}.get(top, rel)
+    return {
+        "rollouts": "rollouts/*.parquet",
+        "traces": "traces/*.jsonl.gz",
+        "blobs": "blobs + snapshots",
+        "snapshots": "blobs + snapshots",
+        "state": "state/latest.json.gz (rewritten per step)",
+    }.get(top, rel)
 
 
 def count_writes(records_cls) -> Counter:
@@ -111,8 +143,10 @@ def main() -> None:
         arrow_per_row = table.nbytes / rows
         on_disk = sum(p.stat().st_size for p in run.records.local_path().rglob("*") if p.is_file())
 
-        print(f"machine: {os.cpu_count()} CPUs; DarwinX, {args.train} train tasks, {args.steps} steps: "
-              f"{rows} rollout rows, {table.nbytes} bytes in Arrow memory ({arrow_per_row:.0f} per row)")
+        print(
+            f"machine: {os.cpu_count()} CPUs; DarwinX, {args.train} train tasks, {args.steps} steps: "
+            f"{rows} rollout rows, {table.nbytes} bytes in Arrow memory ({arrow_per_row:.0f} per row)"
+        )
         print()
         final: Counter = Counter()
         for f in run.records.local_path().rglob("*"):
@@ -125,9 +159,11 @@ def main() -> None:
             print(f"| {kind} | {n} | {n / rows:.0f} | x{n / rows / arrow_per_row:.2f} | {final[kind]} |")
         total = sum(written.values())
         print(f"| **all** | {total} | {total / rows:.0f} | x{total / rows / arrow_per_row:.2f} | {on_disk} |")
-        print(f"\n{len(list((run.records.local_path() / 'rollouts').glob('*.parquet')))} Parquet files "
-              f"({rows / len(list((run.records.local_path() / 'rollouts').glob('*.parquet'))):.1f} rows each); "
-              "a file written by an actor rather than the driver shows only its final size")
+        print(
+            f"\n{len(list((run.records.local_path() / 'rollouts').glob('*.parquet')))} Parquet files "
+            f"({rows / len(list((run.records.local_path() / 'rollouts').glob('*.parquet'))):.1f} rows each); "
+            "a file written by an actor rather than the driver shows only its final size"
+        )
         print()
         print("| rows per Parquet file | bytes per row | x Arrow row |")
         print("| --- | --- | --- |")

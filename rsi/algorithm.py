@@ -72,7 +72,9 @@ class Algorithm:
         where = "algorithm.worker"
         if cls.worker_kind is None:
             if resolved.worker_cfg is not None:
-                raise ConfigError(f"{where}: algorithm {resolved.algo_params.name!r} uses no worker; remove the worker block")
+                raise ConfigError(
+                    f"{where}: algorithm {resolved.algo_params.name!r} uses no worker; remove the worker block"
+                )
             return
         if resolved.worker_cfg is None:
             raise ConfigError(f"{where}: algorithm {resolved.algo_params.name!r} needs a worker")
@@ -130,8 +132,14 @@ class Algorithm:
         """What ``rsi resume`` continues from, written after every step: the base's state (step,
         RNG, usage, decision count, worker states) and the algorithm's ``extra_state``."""
         workers = self.ctx.workers.states() if self.ctx.workers is not None else []
-        self.ctx.records.write_state({**self.get_state(), **self.extra_state(), "worker_states": workers,
-                                      "decisions": self.ctx.records.decision_count()})
+        self.ctx.records.write_state(
+            {
+                **self.get_state(),
+                **self.extra_state(),
+                "worker_states": workers,
+                "decisions": self.ctx.records.decision_count(),
+            }
+        )
 
     def extra_state(self) -> dict:
         """The algorithm's own state for resume (its archive, lineage, ...)."""
@@ -152,21 +160,43 @@ class Algorithm:
         ref = table["trace_ref"][first].as_py()
         reason = self.ctx.records.read_trace(ref).get("reason", "") if ref else ""
         split = table["split"][first].as_py()
-        raise SeedFailed(f"the seed version failed on all {len(statuses)} {split} rollouts; first "
-                         f"({table['task_id'][first].as_py()}): {statuses[first]}: {' '.join(str(reason).split())[:300]}")
+        raise SeedFailed(
+            f"the seed version failed on all {len(statuses)} {split} rollouts; first "
+            f"({table['task_id'][first].as_py()}): {statuses[first]}: {' '.join(str(reason).split())[:300]}"
+        )
 
-    def decide(self, kind: str, snapshot_id: str | None = None, parent_id: str | None = None,
-               accepted: bool | None = None, reason: str = "", *, reason_code: str,
-               step: int | None = None, donor_id: str | None = None, **figures) -> Decision:
+    def decide(
+        self,
+        kind: str,
+        snapshot_id: str | None = None,
+        parent_id: str | None = None,
+        accepted: bool | None = None,
+        reason: str = "",
+        *,
+        reason_code: str,
+        step: int | None = None,
+        donor_id: str | None = None,
+        **figures,
+    ) -> Decision:
         """Record one decision (fsynced before it is acted on) and print its line. ``reason_code``
         is the stable name a program counts, ``reason`` the sentence a person reads. ``step``
         defaults to the current step; a round of parallel candidates decides each at its own."""
-        decision = Decision(step=self.step if step is None else step, kind=kind, snapshot_id=snapshot_id,
-                            parent_id=parent_id, donor_id=donor_id, accepted=accepted,
-                            reason_code=reason_code, reason=reason, **figures)
+        decision = Decision(
+            step=self.step if step is None else step,
+            kind=kind,
+            snapshot_id=snapshot_id,
+            parent_id=parent_id,
+            donor_id=donor_id,
+            accepted=accepted,
+            reason_code=reason_code,
+            reason=reason,
+            **figures,
+        )
         self.ctx.records.decision(decision)
         verdict = "" if accepted is None else (" accepted" if accepted else " rejected")
-        log(f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}{_figures(figures)}".rstrip())
+        log(
+            f"step {decision.step:>3}  {kind:<8} {snapshot_id or '-':<16}{verdict}  {reason}{_figures(figures)}".rstrip()
+        )
         self._update_status(decision, figures)
         return decision
 
@@ -182,19 +212,30 @@ class Algorithm:
         used = self.usage()
         status.spend_usd = used.get("cost_usd", 0.0) + used.get("rollout_cost_usd", 0.0)
 
-    def commit_or_decline(self, parent: Snapshot, edit: "EditResult | dict", ignore=(), step: int | None = None,
-                          **figures) -> Snapshot | Decision:
+    def commit_or_decline(
+        self, parent: Snapshot, edit: "EditResult | dict", ignore=(), step: int | None = None, **figures
+    ) -> Snapshot | Decision:
         """The child snapshot of an edit (a worker's ``EditResult``, or a tree), or the ``decline``
         decision recorded for it (the run goes on; the caller reads why from the decision)."""
         try:
             if isinstance(edit, EditResult) and edit.rejected is not None:
                 raise edit.rejected
             tree = edit.tree if isinstance(edit, EditResult) else edit
-            child = parent.commit_tree(tree, self.ctx.config.run.target.evolve_scope,
-                                       secrets=self.ctx.secrets, ignore=ignore)
+            child = parent.commit_tree(
+                tree, self.ctx.config.run.target.evolve_scope, secrets=self.ctx.secrets, ignore=ignore
+            )
         except Rejected as exc:
-            return self.decide("decline", None, parent.snapshot_id, accepted=False, reason=exc.reason,
-                               reason_code=exc.reason, step=step, detail=exc.detail, **figures)
+            return self.decide(
+                "decline",
+                None,
+                parent.snapshot_id,
+                accepted=False,
+                reason=exc.reason,
+                reason_code=exc.reason,
+                step=step,
+                detail=exc.detail,
+                **figures,
+            )
         self.ctx.records.put_snapshot(child)
         return child
 
@@ -216,15 +257,30 @@ class Algorithm:
         return rel
 
     def promote(self, snapshot: Snapshot, reason: str, reason_code: str = "promote", **figures) -> Snapshot:
-        self.decide("promote", snapshot.snapshot_id, snapshot.parent_id, accepted=True, reason=reason,
-                    reason_code=reason_code, **figures)
+        self.decide(
+            "promote",
+            snapshot.snapshot_id,
+            snapshot.parent_id,
+            accepted=True,
+            reason=reason,
+            reason_code=reason_code,
+            **figures,
+        )
         return snapshot
 
     def record_test(self, promoted: Snapshot, table) -> Decision:
         """The runner's single test measurement of the promoted version, one step after the last."""
         m = ScoreMatrix.from_table(table)
-        return self.decide("test", promoted.snapshot_id, promoted.parent_id, step=self.step + 1, reason_code="test",
-                           reason=f"test mean {m.mean():.4f}", mean=m.mean(), tasks=len(m.task_ids))
+        return self.decide(
+            "test",
+            promoted.snapshot_id,
+            promoted.parent_id,
+            step=self.step + 1,
+            reason_code="test",
+            reason=f"test mean {m.mean():.4f}",
+            mean=m.mean(),
+            tasks=len(m.task_ids),
+        )
 
     def after_test(self, promoted: Snapshot, test_table) -> dict | None:
         """Called once after the runner's single test measurement of ``promoted``. An algorithm
@@ -294,8 +350,12 @@ def rng_unstate(state: list):
 def _figures(figures: dict) -> str:
     """The numbers that decided, after the reason on a decision line."""
     shown = []
-    for key, label in (("gain", "gain"), ("regression_mass", "regression"), ("train_mean", "train mean"),
-                       ("score", "score")):
+    for key, label in (
+        ("gain", "gain"),
+        ("regression_mass", "regression"),
+        ("train_mean", "train mean"),
+        ("score", "score"),
+    ):
         value = figures.get(key)
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             shown.append(f"{label} {value:+.4f}" if key == "gain" else f"{label} {value:.4f}")

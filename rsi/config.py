@@ -46,19 +46,27 @@ class LimitsConfig(Strict):
     """The rollout sandbox: how candidate code is contained (``backend``) and what one rollout may use."""
 
     backend: Literal["auto", "bwrap", "process"] = Field(
-        "auto", description="auto: the bubblewrap jail on Linux (namespaces, no network, no capabilities); "
-        "process: rlimits and a scrubbed environment only — candidates are NOT contained (explicit opt-in)")
+        "auto",
+        description="auto: the bubblewrap jail on Linux (namespaces, no network, no capabilities); "
+        "process: rlimits and a scrubbed environment only — candidates are NOT contained (explicit opt-in)",
+    )
     tmpfs_mb: int = Field(64, ge=1, le=65536, description="size of each of the jail's private /tmp and /dev/shm")
     open_files: int = Field(256, ge=16, le=65536, description="open files a rollout process may hold")
     timeout_s: float = Field(60.0, gt=0, le=86400, description="wall-clock limit of one rollout (at most a day)")
-    cpu_s: int | None = Field(None, ge=1, le=604800,
-                              description="CPU seconds, all threads together (default: timeout + 1; at most a week)")
-    memory_mb: int = Field(2048, ge=64, le=1048576,
-                           description="address-space limit of the rollout process (at most 1 TiB)")
+    cpu_s: int | None = Field(
+        None, ge=1, le=604800, description="CPU seconds, all threads together (default: timeout + 1; at most a week)"
+    )
+    memory_mb: int = Field(
+        2048, ge=64, le=1048576, description="address-space limit of the rollout process (at most 1 TiB)"
+    )
     max_procs: int = Field(64, ge=1, le=4096, description="processes/threads a rollout may create (at most 4096)")
     file_size_mb: int = Field(64, ge=1, le=65536, description="largest file a rollout may write (at most 64 GiB)")
-    stdout_max_bytes: int = Field(8 * 1024 * 1024, ge=1024, le=MAX_BYTES,
-                                  description=f"stdout cap; over it: protocol_error (at most {MAX_BYTES} bytes)")
+    stdout_max_bytes: int = Field(
+        8 * 1024 * 1024,
+        ge=1024,
+        le=MAX_BYTES,
+        description=f"stdout cap; over it: protocol_error (at most {MAX_BYTES} bytes)",
+    )
 
 
 class TargetConfig(Strict):
@@ -75,8 +83,9 @@ class TargetConfig(Strict):
 
 
 class EvaluatorConfig(Strict):
-    num_cpus: float = Field(1.0, ge=0, le=1024,
-                            description="CPUs per rollout task (0 or a fraction for model-bound work; at most 1024)")
+    num_cpus: float = Field(
+        1.0, ge=0, le=1024, description="CPUs per rollout task (0 or a fraction for model-bound work; at most 1024)"
+    )
     resources: dict[str, float] = Field(default_factory=dict, description="custom resources per rollout task")
     max_concurrency: int | None = Field(None, ge=1, description="rollout tasks in flight at once (rate limits)")
     batch_size: int | None = Field(None, ge=1, description="rollouts per remote task (default: automatic)")
@@ -84,8 +93,12 @@ class EvaluatorConfig(Strict):
 
 
 class BudgetConfig(Strict):
-    max_cost_usd: float | None = Field(None, gt=0, description="stop new proposals at this model spend: the "
-                                       "workers' calls plus agent rollouts' calls through their model proxy")
+    max_cost_usd: float | None = Field(
+        None,
+        gt=0,
+        description="stop new proposals at this model spend: the "
+        "workers' calls plus agent rollouts' calls through their model proxy",
+    )
     max_calls: int | None = Field(None, ge=1, description="stop new proposals after this many model calls")
 
 
@@ -100,8 +113,10 @@ class RunConfig(Strict):
     evaluator: EvaluatorConfig = Field(default_factory=EvaluatorConfig)
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
     tracker: Literal["none", "tensorboard"] = Field(
-        "none", description="live experiment tracking: tensorboard writes each decision's figures as TensorBoard "
-        "scalars under <run dir>/tensorboard as they are decided (no server, no extra package; local storage)")
+        "none",
+        description="live experiment tracking: tensorboard writes each decision's figures as TensorBoard "
+        "scalars under <run dir>/tensorboard as they are decided (no server, no extra package; local storage)",
+    )
 
 
 class Resolved:
@@ -183,6 +198,7 @@ def load_yaml(text: str, where: str) -> Any:
 def _check_expansion(root: yaml.Node, where: str) -> None:
     """Count the nodes of the document as if every alias were a copy (each distinct node once,
     memoised, iteratively): linear in the file, however much it would expand."""
+
     def children(node):
         if isinstance(node, yaml.MappingNode):
             return [n for pair in node.value for n in pair]
@@ -274,8 +290,7 @@ def load_config(path: str | Path, overrides: Iterable[tuple[str, str]] = (), raw
     worker_cfg = None
     if "worker" in run.algorithm and run.algorithm["worker"] is not None:
         worker_cfg = validate_worker(run.algorithm["worker"], where)
-    for prefix, params in (("benchmark", bench_params), ("algorithm", algo_params),
-                           ("algorithm.worker", worker_cfg)):
+    for prefix, params in (("benchmark", bench_params), ("algorithm", algo_params), ("algorithm.worker", worker_cfg)):
         if params is not None:  # a string such as "1e999" becomes inf only in validation
             check_finite(params.model_dump(), where, prefix)
     check_credentials_set(raw, where)
@@ -298,8 +313,10 @@ def check_local_cpus(run: "RunConfig", where: str) -> None:
         return  # a cluster's size is known only once connected (and an autoscaler may grow it)
     total = run.ray.num_cpus or os.cpu_count() or 1
     if run.evaluator.num_cpus > total:
-        raise ConfigError(f"{where}: evaluator.num_cpus: each rollout asks for {run.evaluator.num_cpus:g} CPUs but "
-                          f"the local Ray has {total} (ray.num_cpus, or this machine's CPUs); no rollout could start")
+        raise ConfigError(
+            f"{where}: evaluator.num_cpus: each rollout asks for {run.evaluator.num_cpus:g} CPUs but "
+            f"the local Ray has {total} (ray.num_cpus, or this machine's CPUs); no rollout could start"
+        )
 
 
 def _project_root(config_dir: Path) -> Path:
@@ -409,8 +426,12 @@ def check_credentials_set(raw: dict, where: str) -> None:
 def redact(node: Any, secrets: Iterable[str]) -> Any:
     secrets = [s for s in secrets if s]
     if isinstance(node, dict):
-        return {k: ("<redacted>" if _SECRET_KEY_NAMES.search(str(k)) and not str(k).endswith("_env")
-                    else redact(v, secrets)) for k, v in node.items()}
+        return {
+            k: (
+                "<redacted>" if _SECRET_KEY_NAMES.search(str(k)) and not str(k).endswith("_env") else redact(v, secrets)
+            )
+            for k, v in node.items()
+        }
     if isinstance(node, list):
         return [redact(v, secrets) for v in node]
     if isinstance(node, str):

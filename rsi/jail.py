@@ -59,9 +59,11 @@ class JailUnavailable(ConfigError):
     anything starts: a run never falls back to a weaker sandbox by itself)."""
 
     def __init__(self, what: str):
-        super().__init__(f"the rollout jail cannot be built here: {what}. Install bubblewrap (Debian/Ubuntu: "
-                         "apt-get install bubblewrap), or set target.limits.backend: process to run candidates "
-                         "uncontained")
+        super().__init__(
+            f"the rollout jail cannot be built here: {what}. Install bubblewrap (Debian/Ubuntu: "
+            "apt-get install bubblewrap), or set target.limits.backend: process to run candidates "
+            "uncontained"
+        )
 
 
 def bwrap_path() -> str | None:
@@ -72,8 +74,13 @@ def bwrap_path() -> str | None:
 @functools.lru_cache(maxsize=None)
 def python_roots() -> tuple[str, ...]:
     """Directories the interpreter and its libraries live in (real paths, outermost only)."""
-    cands = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
-             str(Path(os.path.realpath(sys.executable)).parent.parent)}
+    cands = {
+        sys.prefix,
+        sys.base_prefix,
+        sys.exec_prefix,
+        sys.base_exec_prefix,
+        str(Path(os.path.realpath(sys.executable)).parent.parent),
+    }
     real = sorted({os.path.realpath(c) for c in cands} | cands)
     roots = [r for r in real if os.path.isdir(r) and not r.startswith("/usr/")]
     return tuple(r for r in roots if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in roots))
@@ -109,9 +116,16 @@ def traversable_by_others(path: str) -> bool:
     return True
 
 
-def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmpfs_mb: int,
-            stage: bool, enter: Sequence[str] = (), binds: Mapping[str, str] | None = None,
-            fds: list[int] | None = None) -> list[str]:
+def command(
+    argv: Sequence[str],
+    checkout: Path,
+    harness: Mapping[str, str],
+    tmpfs_mb: int,
+    stage: bool,
+    enter: Sequence[str] = (),
+    binds: Mapping[str, str] | None = None,
+    fds: list[int] | None = None,
+) -> list[str]:
     """The argv that runs ``argv`` in a fresh jail. ``harness`` maps host files to their names
     under ``/harness``; ``binds`` maps host paths to absolute jail paths, writable (a model
     proxy's socket directory); ``enter`` is exec'd right before bubblewrap (rlimits, the uid change).
@@ -136,9 +150,25 @@ def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmp
         return point
 
     size = str(tmpfs_mb * 1024 * 1024)
-    cmd = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-           "--cap-drop", "ALL", "--uid", str(JAIL_UID), "--gid", str(JAIL_UID), "--hostname", "rsi-jail",
-           "--ro-bind", "/usr", "/usr"]
+    cmd = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(JAIL_UID),
+        "--gid",
+        str(JAIL_UID),
+        "--hostname",
+        "rsi-jail",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
     for link in _SYSTEM_LINKS:
         if os.path.islink(link):
             cmd += ["--symlink", os.readlink(link), link]
@@ -151,8 +181,24 @@ def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmp
         cmd += ["--ro-bind", src(root), root]
     for pkg in masked_packages():
         cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
-    cmd += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/tmp",
-            "--size", size, "--tmpfs", "/dev/shm", "--size", size, "--tmpfs", CHECKOUT]
+    cmd += [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        size,
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        size,
+        "--tmpfs",
+        "/dev/shm",
+        "--size",
+        size,
+        "--tmpfs",
+        CHECKOUT,
+    ]
     cmd += _copy_in(checkout, fds if fds is not None else [])
     for host, name in harness.items():
         cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
@@ -167,8 +213,18 @@ def command(argv: Sequence[str], checkout: Path, harness: Mapping[str, str], tmp
     unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if unshare is None:
         raise JailUnavailable("util-linux unshare is not installed (needed by a root caller)")
-    return [unshare, "--mount", "--propagation", "private", "/bin/sh", "-c", script, "sh",
-            *(x for pair in staged for x in pair), *cmd]
+    return [
+        unshare,
+        "--mount",
+        "--propagation",
+        "private",
+        "/bin/sh",
+        "-c",
+        script,
+        "sh",
+        *(x for pair in staged for x in pair),
+        *cmd,
+    ]
 
 
 def _copy_in(root: Path, fds: list[int]) -> list[str]:
@@ -207,7 +263,7 @@ def translate(argv: Sequence[str], checkout: Path, harness: Mapping[str, str]) -
         if a in harness:
             a = f"{HARNESS}/{harness[a]}"
         elif a == root or a.startswith(root + "/"):
-            a = CHECKOUT + a[len(root):]
+            a = CHECKOUT + a[len(root) :]
         out.append(a)
     return out
 
@@ -229,16 +285,26 @@ def probe(slot_uid: int | None) -> None:
         enter = []
         if slot_uid is not None:
             os.chown(tmp, slot_uid, slot_uid)
-            enter = ["setpriv", f"--reuid={slot_uid}", f"--regid={slot_uid}", "--clear-groups", "--inh-caps=-all",
-                     "--no-new-privs", "--"]
+            enter = [
+                "setpriv",
+                f"--reuid={slot_uid}",
+                f"--regid={slot_uid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--no-new-privs",
+                "--",
+            ]
         argv = [sys.executable, "-c", "import os; print(os.getuid())"]
         cmd = command(argv, Path(tmp), {}, 1, stage=slot_uid is not None, enter=enter, fds=[])
         try:
-            done = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60,
-                                  env={"PATH": os.defpath})
+            done = subprocess.run(
+                cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60, env={"PATH": os.defpath}
+            )
         except (OSError, subprocess.SubprocessError) as exc:
             raise JailUnavailable(f"bubblewrap could not start: {exc}") from None
     if done.returncode != 0 or done.stdout.strip() != str(JAIL_UID):
         why = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        raise JailUnavailable(f"bubblewrap could not build the jail ({why}); user namespaces may be disabled "
-                              "(sysctl kernel.unprivileged_userns_clone, or an AppArmor userns restriction)")
+        raise JailUnavailable(
+            f"bubblewrap could not build the jail ({why}); user namespaces may be disabled "
+            "(sysctl kernel.unprivileged_userns_clone, or an AppArmor userns restriction)"
+        )

@@ -61,8 +61,14 @@ class LocalModelServer:
     request says otherwise; every reply is capped at ``max_tokens_cap`` tokens.
     """
 
-    def __init__(self, model_path: str | Path | None = None, n_ctx: int = 4096, n_parallel: int = 1,
-                 n_threads: int | None = None, max_tokens_cap: int = MAX_TOKENS_CAP):
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        n_ctx: int = 4096,
+        n_parallel: int = 1,
+        n_threads: int | None = None,
+        max_tokens_cap: int = MAX_TOKENS_CAP,
+    ):
         self.model_path = Path(model_path) if model_path else smollm2_path()
         self.n_ctx = n_ctx
         self.n_parallel = n_parallel

@@ -125,8 +125,9 @@ class ModelProxy:
             self._server = _Server(self.socket_path, handler)
             os.chmod(self.socket_path, 0o666)  # the token, not the mode, is the credential
             self._live = True
-            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                             name="rsi-model-proxy", daemon=True).start()
+            threading.Thread(
+                target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, name="rsi-model-proxy", daemon=True
+            ).start()
         except BaseException:
             self._close()
             raise
@@ -164,12 +165,14 @@ class ModelProxy:
         from rsi.llm import miniagent_env
 
         env = miniagent_env(self.cfg)
-        env.update({
-            "RSI_MODEL_SOCKET": f"{JAIL_DIR}/{self.socket_name}" if jailed else self.socket_path,
-            "RSI_MODEL_BASE_URL": JAIL_BASE_URL,
-            "RSI_MODEL_API_KEY_ENV": TOKEN_ENV,
-            TOKEN_ENV: self.token,
-        })
+        env.update(
+            {
+                "RSI_MODEL_SOCKET": f"{JAIL_DIR}/{self.socket_name}" if jailed else self.socket_path,
+                "RSI_MODEL_BASE_URL": JAIL_BASE_URL,
+                "RSI_MODEL_API_KEY_ENV": TOKEN_ENV,
+                TOKEN_ENV: self.token,
+            }
+        )
         return env
 
     def usage(self) -> ProxyUsage:
@@ -181,8 +184,9 @@ class ModelProxy:
         c, pending = self._count, self._pending.values()
         tin = c["tokens_in"] + sum(e[0] for e in pending)
         tout = c["tokens_out"] + sum(e[1] for e in pending)
-        return ProxyUsage(c["calls"], tin, tout, self.cfg.cost(tin, tout), c["estimated"] + len(pending),
-                          c["refused"], c["denied"])
+        return ProxyUsage(
+            c["calls"], tin, tout, self.cfg.cost(tin, tout), c["estimated"] + len(pending), c["refused"], c["denied"]
+        )
 
     # ---- the one call it forwards ------------------------------------------------------------
     def _over_cap(self, spent: ProxyUsage) -> str | None:
@@ -225,8 +229,11 @@ class ModelProxy:
 
     def _authorized(self, header: str | None) -> bool:
         scheme, _, given = (header or "").strip().partition(" ")
-        return self._live and scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
-                                                                                  self.token.encode())
+        return (
+            self._live
+            and scheme.lower() == "bearer"
+            and hmac.compare_digest(given.strip().encode(), self.token.encode())
+        )
 
     def _prepare(self, body: dict) -> str | None:
         """Pin the request to what this rollout may spend; why it is refused, or None."""
@@ -251,8 +258,11 @@ class ModelProxy:
 
     def _forward(self, data: bytes) -> tuple[int, bytes, dict[str, str], tuple[int, int] | None]:
         """(status, body, headers to relay, usage reported). Raises the client's errors."""
-        headers = {"content-type": "application/json", "accept": "application/json, text/event-stream",
-                   "authorization": f"Bearer {self._key}"}
+        headers = {
+            "content-type": "application/json",
+            "accept": "application/json, text/event-stream",
+            "authorization": f"Bearer {self._key}",
+        }
         client = self._client
         if client is None:
             raise RuntimeError("the model proxy is closed")
@@ -294,8 +304,10 @@ def _reported_usage(body: bytes) -> tuple[int, int] | None:
         usage = doc.get("usage") if isinstance(doc, dict) else None
         if isinstance(usage, dict):
             try:
-                found = tuple(untrusted.nonneg_int(usage.get(k), k, untrusted.MAX_TOKENS)
-                              for k in ("prompt_tokens", "completion_tokens"))
+                found = tuple(
+                    untrusted.nonneg_int(usage.get(k), k, untrusted.MAX_TOKENS)
+                    for k in ("prompt_tokens", "completion_tokens")
+                )
             except untrusted.Invalid:
                 continue
     return found
@@ -373,8 +385,11 @@ class _Handler(BaseHTTPRequestHandler):
             httpx = _httpx()
             if isinstance(exc, httpx.ConnectError):
                 used = (0, 0)  # nothing reached the endpoint: nothing spent
-            return self._error(504 if isinstance(exc, httpx.TimeoutException) else 502,
-                               f"model endpoint failed: {type(exc).__name__}", counted=False)
+            return self._error(
+                504 if isinstance(exc, httpx.TimeoutException) else 502,
+                f"model endpoint failed: {type(exc).__name__}",
+                counted=False,
+            )
         finally:
             proxy._settle(call, used)
         self._send(status, payload, headers)
@@ -396,8 +411,9 @@ class _Handler(BaseHTTPRequestHandler):
         if counted:
             self.proxy._deny()
         payload = {"error": {"message": f"rsi model proxy: {message}", "type": "rsi_model_proxy", "code": status}}
-        self._send(status, json.dumps(payload).encode(),
-                   {"content-type": "application/json", "x-should-retry": "false"})
+        self._send(
+            status, json.dumps(payload).encode(), {"content-type": "application/json", "x-should-retry": "false"}
+        )
 
     def _send(self, status: int, payload: bytes, headers: dict[str, str]) -> None:
         try:

@@ -30,11 +30,21 @@ def _rows(model: type[BaseModel], prefix: str) -> list[dict]:
             default = field.default_factory()
         else:
             default = None if field.default is PydanticUndefined else field.default
-        bounds = [f"{op} {getattr(m, attr)}" for m in field.metadata
-                  for op, attr in ((">=", "ge"), (">", "gt"), ("<=", "le"), ("<", "lt")) if hasattr(m, attr)]
-        rows.append({"parameter": prefix + field_name, "type": _type_name(ann),
-                     "default": "(required)" if field.is_required() else repr(default),
-                     "range": ", ".join(bounds), "description": field.description or ""})
+        bounds = [
+            f"{op} {getattr(m, attr)}"
+            for m in field.metadata
+            for op, attr in ((">=", "ge"), (">", "gt"), ("<=", "le"), ("<", "lt"))
+            if hasattr(m, attr)
+        ]
+        rows.append(
+            {
+                "parameter": prefix + field_name,
+                "type": _type_name(ann),
+                "default": "(required)" if field.is_required() else repr(default),
+                "range": ", ".join(bounds),
+                "description": field.description or "",
+            }
+        )
     return rows
 
 

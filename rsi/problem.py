@@ -46,8 +46,10 @@ from rsi.errors import ConfigError
 
 class ProblemParams(BenchmarkParams):
     name: str = "problem"
-    problem: str = Field(description="a problem file (path relative to the config) or an installed "
-                                     "module, `pkg.module` or `pkg.module:Name`, defining tasks() and score()")
+    problem: str = Field(
+        description="a problem file (path relative to the config) or an installed "
+        "module, `pkg.module` or `pkg.module:Name`, defining tasks() and score()"
+    )
 
 
 class ProblemError(ValueError):
@@ -91,13 +93,18 @@ class ProblemBenchmark(Benchmark):
             if not callable(f):
                 raise ConfigError(f"{self.where}: defines no {fn}() function")
             try:
-                params = [p for p in inspect.signature(f).parameters.values()
-                          if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                params = [
+                    p
+                    for p in inspect.signature(f).parameters.values()
+                    if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+                ]
             except (TypeError, ValueError):
                 continue
             if len(params) != arity:
-                raise ConfigError(f"{self.where}: {fn}() must take {arity} argument{'s' * (arity > 1)} "
-                                  f"({'split' if arity == 1 else 'task, output'}), not {len(params)}")
+                raise ConfigError(
+                    f"{self.where}: {fn}() must take {arity} argument{'s' * (arity > 1)} "
+                    f"({'split' if arity == 1 else 'task, output'}), not {len(params)}"
+                )
         return api
 
     def __getstate__(self):
@@ -115,8 +122,9 @@ class ProblemBenchmark(Benchmark):
         try:
             raw = self._api().tasks(split)
         except Exception as exc:  # the user's bug: one line naming their file and line
-            raise ConfigError(f"{_user_frame(exc, self.where)}: tasks({split!r}) raised "
-                              f"{type(exc).__name__}: {exc}") from None
+            raise ConfigError(
+                f"{_user_frame(exc, self.where)}: tasks({split!r}) raised {type(exc).__name__}: {exc}"
+            ) from None
         if raw is None:
             raw = []
         if not isinstance(raw, list):
@@ -124,7 +132,7 @@ class ProblemBenchmark(Benchmark):
         out, seen = [], set()
         for i, task in enumerate(raw):
             if not isinstance(task, dict) or not isinstance(task.get("id"), str) or not task["id"]:
-                raise ConfigError(f"{self.where}: tasks({split!r})[{i}] must be a dict with a non-empty string \"id\"")
+                raise ConfigError(f'{self.where}: tasks({split!r})[{i}] must be a dict with a non-empty string "id"')
             if task["id"] in seen:
                 raise ConfigError(f"{self.where}: tasks({split!r}) has a duplicate id {task['id']!r}")
             seen.add(task["id"])
@@ -147,7 +155,7 @@ class ProblemBenchmark(Benchmark):
         result = self._api().score(whole, output)
         if isinstance(result, dict):
             if "score" not in result:
-                raise ProblemError(f"{self.where}: score() returned a dict without \"score\"")
+                raise ProblemError(f'{self.where}: score() returned a dict without "score"')
             primary, extra = result["score"], {k: v for k, v in result.items() if k != "score"}
         else:
             primary, extra = result, {}
@@ -219,8 +227,9 @@ def _load_source(source: str, where: str, ref: str) -> types.ModuleType:
         raise ConfigError(f"{where}:{exc.lineno}: {exc.msg}") from None
     except Exception as exc:
         sys.modules.pop(name, None)
-        raise ConfigError(f"{_user_frame(exc, where)}: importing the problem raised {type(exc).__name__}: {exc}") \
-            from None
+        raise ConfigError(
+            f"{_user_frame(exc, where)}: importing the problem raised {type(exc).__name__}: {exc}"
+        ) from None
     return module
 
 

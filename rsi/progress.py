@@ -69,8 +69,14 @@ def phase(text: str) -> None:
     log(f"  {text}")
 
 
-def wait_with_progress(is_done: Callable[[float], bool], poll: Callable[[], dict], label: str,
-                       interval: float = 0.25, quiet_s: float = 1.0, line_every_s: float = 5.0) -> None:
+def wait_with_progress(
+    is_done: Callable[[float], bool],
+    poll: Callable[[], dict],
+    label: str,
+    interval: float = 0.25,
+    quiet_s: float = 1.0,
+    line_every_s: float = 5.0,
+) -> None:
     """Block until ``is_done(timeout)`` is true, showing progress from ``poll()``."""
     start = time.monotonic()
     if is_done(quiet_s):

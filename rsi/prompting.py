@@ -38,13 +38,13 @@ def evidence(text_or_blocks: str | Iterable[str], max_chars: int, keep: str = "n
     room = max_chars - len(cut_marker(len(text))) - 1
     kept: list[str] = []
     size = 0
-    for block in (blocks if keep == "first" else reversed(blocks)):
+    for block in blocks if keep == "first" else reversed(blocks):
         size += len(block) + (len(sep) if kept else 0)
         if size > room:
             break
         kept.append(block)
     if not kept:
-        tail = text[len(text) - room:]
+        tail = text[len(text) - room :]
         return cut_marker(len(text) - len(tail)) + "\n" + tail
     if keep == "first":
         head = sep.join(kept)

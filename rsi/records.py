@@ -85,13 +85,16 @@ class RunRecords:
         fs, root = open_fs(uri)
         kind = fs.get_file_info(root).type
         if kind == pafs.FileType.Directory:
-            if any(fs.get_file_info(f"{root}/{rel}").type != pafs.FileType.NotFound
-                   for rel in ("decisions.jsonl", "run.json")):
+            if any(
+                fs.get_file_info(f"{root}/{rel}").type != pafs.FileType.NotFound
+                for rel in ("decisions.jsonl", "run.json")
+            ):
                 raise ConfigError(f"run directory {uri} already holds a run; use `rsi resume {uri}`")
             if fs.get_file_info(pafs.FileSelector(root, allow_not_found=True)):
                 # A run writes config.yaml, blobs/, … into its directory: never over a user's files.
-                raise ConfigError(f"run directory {uri} exists and is not empty (and holds no run); "
-                                  "give a new or empty directory")
+                raise ConfigError(
+                    f"run directory {uri} exists and is not empty (and holds no run); give a new or empty directory"
+                )
         elif kind != pafs.FileType.NotFound:
             raise ConfigError(f"run directory {uri} is an existing file, not a directory")
         try:
@@ -234,7 +237,7 @@ class RunRecords:
             rel = f"state/{key}.jsonl"
             if known is not None and lines[: len(known)] == known:
                 if len(lines) > len(known):
-                    self.append_text(rel, "".join(lines[len(known):]))
+                    self.append_text(rel, "".join(lines[len(known) :]))
             else:
                 self.write_bytes(rel, "".join(lines).encode())
             self._state_lists[key] = lines

@@ -47,8 +47,10 @@ def run_dirs(storage: str) -> list[str]:
         raise ConfigError(f"{storage}: no such directory (give the runs' storage, e.g. `rsi ls runs`)")
     out = []
     for entry in fs.get_file_info(pafs.FileSelector(root)):
-        if entry.type == pafs.FileType.Directory and \
-                fs.get_file_info(f"{entry.path}/config.yaml").type == pafs.FileType.File:
+        if (
+            entry.type == pafs.FileType.Directory
+            and fs.get_file_info(f"{entry.path}/config.yaml").type == pafs.FileType.File
+        ):
             base = storage.rstrip("/") if "://" in storage else str(Path(root))
             out.append(f"{base}/{entry.base_name}")
     return out
@@ -56,10 +58,17 @@ def run_dirs(storage: str) -> list[str]:
 
 def ls_row(view: RunView, now: float | None = None, active_s: float = 600.0) -> dict:
     best = view.best
-    return {"name": view.name, "algorithm": view.algorithm, "status": view.status(now, active_s),
-            "steps": view.steps, "best": None if best is None else best.score,
-            "test": ((view.summary or {}).get("means") or {}).get("test"),
-            "started": started_text(view.started), "split": view.split, "run_dir": view.uri}
+    return {
+        "name": view.name,
+        "algorithm": view.algorithm,
+        "status": view.status(now, active_s),
+        "steps": view.steps,
+        "best": None if best is None else best.score,
+        "test": ((view.summary or {}).get("means") or {}).get("test"),
+        "started": started_text(view.started),
+        "split": view.split,
+        "run_dir": view.uri,
+    }
 
 
 def list_runs(storage: str = "runs", now: float | None = None, active_s: float = 600.0) -> list[dict]:

@@ -137,8 +137,15 @@ class Limits:
     backend: str = "auto"  # auto (bwrap on Linux) | bwrap | process (uncontained, explicit opt-in)
 
     def __post_init__(self):
-        for name in ("timeout_s", "memory_mb", "max_procs", "file_size_mb", "stdout_max_bytes", "tmpfs_mb",
-                     "open_files"):
+        for name in (
+            "timeout_s",
+            "memory_mb",
+            "max_procs",
+            "file_size_mb",
+            "stdout_max_bytes",
+            "tmpfs_mb",
+            "open_files",
+        ):
             if not getattr(self, name) > 0:
                 raise ConfigError(f"sandbox limit {name} must be positive, got {getattr(self, name)!r}")
         if self.cpu_s is not None and self.cpu_s <= 0:
@@ -270,8 +277,10 @@ def resolve_backend(name: str) -> str:
     weak ``process`` backend is only ever an explicit opt-in)."""
     if name == "auto":
         if not sys.platform.startswith("linux"):
-            raise ConfigError("no jail on this platform: set target.limits.backend to process to run candidates "
-                              "uncontained (Linux runs them in bubblewrap)")
+            raise ConfigError(
+                "no jail on this platform: set target.limits.backend to process to run candidates "
+                "uncontained (Linux runs them in bubblewrap)"
+            )
         return "bwrap"
     if name not in BACKENDS:
         raise ConfigError(f"unknown sandbox backend {name!r}; valid: {', '.join(BACKENDS)}")
@@ -295,8 +304,15 @@ def _probe_uid() -> int:
 # ---- starting the child ------------------------------------------------------------------
 
 
-def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot: "_Slot | None",
-           harness: dict[str, str] | None = None, binds: Mapping[str, str] | None = None):
+def _start(
+    argv: list[str],
+    cwd: Path,
+    env: dict[str, str],
+    limits: Limits,
+    slot: "_Slot | None",
+    harness: dict[str, str] | None = None,
+    binds: Mapping[str, str] | None = None,
+):
     """The running child, or an ``error`` Outcome when the candidate's own executable cannot start.
 
     The jail (uid, capability, rlimits, no_new_privs) is entered through util-linux ``prlimit``
@@ -316,8 +332,16 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
         if tools is None:
             raise jail.JailUnavailable("util-linux prlimit and setpriv are needed to enter the jail")
         enter = _jail_argv(tools, [], rlimits, uid, False)
-        cmd = jail.command(jail.translate(argv, cwd, harness), cwd, {h: n for h, n in harness.items()},
-                           limits.tmpfs_mb, stage=uid is not None, enter=enter, binds=binds, fds=fds)
+        cmd = jail.command(
+            jail.translate(argv, cwd, harness),
+            cwd,
+            {h: n for h, n in harness.items()},
+            limits.tmpfs_mb,
+            stage=uid is not None,
+            enter=enter,
+            binds=binds,
+            fds=fds,
+        )
         preexec, cwd = None, Path("/")
     else:
         keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
@@ -328,8 +352,17 @@ def _start(argv: list[str], cwd: Path, env: dict[str, str], limits: Limits, slot
             cmd, preexec = argv, _jail(rlimits, uid, keep_cap)
     try:
         return subprocess.Popen(
-            cmd, cwd=cwd, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            start_new_session=True, preexec_fn=preexec, close_fds=True, bufsize=0, pass_fds=fds,
+            cmd,
+            cwd=cwd,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            preexec_fn=preexec,
+            close_fds=True,
+            bufsize=0,
+            pass_fds=fds,
         )
     except subprocess.SubprocessError as exc:  # raised by preexec: rlimits or the uid change
         raise RsiError(f"could not enter the sandbox ({exc}); root needs CAP_SETUID and CAP_SETGID") from exc
@@ -365,8 +398,12 @@ def _cannot_start(name: str, cwd: Path, why: str) -> Outcome:
 
 
 _PRLIMIT_NAMES = {
-    resource.RLIMIT_CPU: "cpu", resource.RLIMIT_AS: "as", resource.RLIMIT_FSIZE: "fsize",
-    resource.RLIMIT_NPROC: "nproc", resource.RLIMIT_CORE: "core", resource.RLIMIT_NOFILE: "nofile",
+    resource.RLIMIT_CPU: "cpu",
+    resource.RLIMIT_AS: "as",
+    resource.RLIMIT_FSIZE: "fsize",
+    resource.RLIMIT_NPROC: "nproc",
+    resource.RLIMIT_CORE: "core",
+    resource.RLIMIT_NOFILE: "nofile",
 }
 
 
@@ -398,8 +435,14 @@ def _util_linux(become_uid: bool, keep_cap: bool) -> tuple[str, str] | None:
     current = [(res, resource.getrlimit(res)) for res in _PRLIMIT_NAMES]
     cmd = _jail_argv(tools, [tools[1], "--dump"], current, probe_uid, keep_cap)
     try:
-        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                              stderr=subprocess.DEVNULL, env={"PATH": os.defpath}, timeout=30)
+        done = subprocess.run(
+            cmd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"PATH": os.defpath},
+            timeout=30,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return tools if done.returncode == 0 else None
@@ -733,8 +776,14 @@ class _Pump:
     """Feeds stdin, drains stdout/stderr and waits for the exit on one selector, so a rollout
     costs no extra thread and its end is seen the moment it happens."""
 
-    def __init__(self, proc: subprocess.Popen, payload: bytes, limits: Limits, kill_all: Callable[[], None],
-                 dialogue: Dialogue | None = None):
+    def __init__(
+        self,
+        proc: subprocess.Popen,
+        payload: bytes,
+        limits: Limits,
+        kill_all: Callable[[], None],
+        dialogue: Dialogue | None = None,
+    ):
         self.proc, self.payload, self.limits, self.kill_all = proc, bytearray(payload), limits, kill_all
         self.dialogue, self.partial, self.said_all = dialogue, bytearray(), dialogue is None
         self.stdin_registered = True  # a dialogue's stdin is unregistered while it awaits an answer
@@ -841,7 +890,7 @@ class _Pump:
             err = self.run_.stderr
             err += data
             if len(err) > 2 * _TAIL_BYTES:
-                del err[: -_TAIL_BYTES]
+                del err[:-_TAIL_BYTES]
             return True
         out, cap = self.run_.stdout, self.limits.stdout_max_bytes
         if len(out) + len(data) > cap:
@@ -900,8 +949,9 @@ def _pidfd(pid: int) -> int | None:
 # ---- verdict -----------------------------------------------------------------------------
 
 
-def _verdict(run: _Run, limits: Limits, required_keys: Iterable[str],
-             dialogue: Dialogue | None = None) -> tuple[str, dict | None, str]:
+def _verdict(
+    run: _Run, limits: Limits, required_keys: Iterable[str], dialogue: Dialogue | None = None
+) -> tuple[str, dict | None, str]:
     if run.broken:
         return "protocol_error", None, _clip(run.broken)
     if run.overflow:

@@ -57,11 +57,11 @@ if __name__ == "__main__":
     print(json.dumps({"y": predict(task["x"])}))
 '''
 
-COMPONENTS = '''# Every file of the target matches exactly one rule; evolve_scope names what a worker may change.
+COMPONENTS = """# Every file of the target matches exactly one rule; evolve_scope names what a worker may change.
 - {name: program, glob: main.py}
-'''
+"""
 
-CONFIG = '''# rsi run {name}/config.yaml   — DarwinX with the offline mutator: no model, no API key.
+CONFIG = """# rsi run {name}/config.yaml   — DarwinX with the offline mutator: no model, no API key.
 name: {name}
 seed: 1
 storage: runs                       # relative to this file
@@ -83,7 +83,7 @@ algorithm:
   regression_tolerance: 0.5
   screen_regression_tolerance: 1.0
   merge_every: 0
-'''
+"""
 
 
 def scaffold(name_or_path: str) -> Path:

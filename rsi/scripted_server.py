@@ -52,8 +52,14 @@ def request_text(body: dict) -> str:
 
 
 class ScriptedServer:
-    def __init__(self, steps: list[Step] = (), loop: bool = False, api_key: str | None = None,
-                 model: str = "scripted-model", port: int = 0):
+    def __init__(
+        self,
+        steps: list[Step] = (),
+        loop: bool = False,
+        api_key: str | None = None,
+        model: str = "scripted-model",
+        port: int = 0,
+    ):
         self.steps = list(steps)
         self.loop = loop
         self.api_key = api_key
@@ -133,14 +139,21 @@ def _calls(step: dict) -> list[dict]:
     out = []
     for i, c in enumerate(step.get("tool_calls") or []):
         args = c.get("arguments", {})
-        out.append({"id": c.get("id") or f"call_{uuid.uuid4().hex[:12]}", "name": c["name"],
-                    "arguments": args if isinstance(args, str) else json.dumps(args)})
+        out.append(
+            {
+                "id": c.get("id") or f"call_{uuid.uuid4().hex[:12]}",
+                "name": c["name"],
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            }
+        )
     return out
 
 
 def _tokens(step: dict, body: dict) -> tuple[int, int]:
-    return (int(step.get("tokens_in", len(json.dumps(body.get("messages", []))) // 4 + 1)),
-            int(step.get("tokens_out", len(step.get("text") or "") // 4 + 1)))
+    return (
+        int(step.get("tokens_in", len(json.dumps(body.get("messages", []))) // 4 + 1)),
+        int(step.get("tokens_out", len(step.get("text") or "") // 4 + 1)),
+    )
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -178,8 +191,12 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             if "status" in step:
-                self._error(int(step["status"]), step.get("message", f"scripted HTTP {step['status']}"),
-                            anthropic, step.get("retry_after"))
+                self._error(
+                    int(step["status"]),
+                    step.get("message", f"scripted HTTP {step['status']}"),
+                    anthropic,
+                    step.get("retry_after"),
+                )
             elif anthropic:
                 self._json(200, self._anthropic(step, body))
             elif body.get("stream"):
@@ -195,20 +212,30 @@ class _Handler(BaseHTTPRequestHandler):
         tin, tout = _tokens(step, body)
         message = {"role": "assistant", "content": step.get("text")}
         if calls:
-            message["tool_calls"] = [{"id": c["id"], "type": "function",
-                                      "function": {"name": c["name"], "arguments": c["arguments"]}} for c in calls]
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                for c in calls
+            ]
         finish = step.get("finish_reason") or ("tool_calls" if calls else "stop")
-        return {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
-                "model": body.get("model", self.owner.model),
-                "choices": [{"index": 0, "message": message, "finish_reason": finish}],
-                "usage": {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout}}
+        return {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": body.get("model", self.owner.model),
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": tin, "completion_tokens": tout, "total_tokens": tin + tout},
+        }
 
     def _stream(self, step: dict, body: dict) -> None:
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.end_headers()
-        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
-                "created": int(time.time()), "model": body.get("model", self.owner.model)}
+        base = {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}",
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": body.get("model", self.owner.model),
+        }
 
         def send(delta: dict | None, finish=None, usage=None) -> None:
             chunk = dict(base, choices=[] if delta is None else [{"index": 0, "delta": delta, "finish_reason": finish}])
@@ -220,13 +247,23 @@ class _Handler(BaseHTTPRequestHandler):
         send({"role": "assistant", "content": ""})
         text = step.get("text") or ""
         for i in range(0, len(text), 8):
-            send({"content": text[i:i + 8]})
+            send({"content": text[i : i + 8]})
         calls = _calls(step)
         for i, c in enumerate(calls):
-            send({"tool_calls": [{"index": i, "id": c["id"], "type": "function",
-                                  "function": {"name": c["name"], "arguments": ""}}]})
+            send(
+                {
+                    "tool_calls": [
+                        {
+                            "index": i,
+                            "id": c["id"],
+                            "type": "function",
+                            "function": {"name": c["name"], "arguments": ""},
+                        }
+                    ]
+                }
+            )
             for j in range(0, len(c["arguments"]), 10):
-                send({"tool_calls": [{"index": i, "function": {"arguments": c["arguments"][j:j + 10]}}]})
+                send({"tool_calls": [{"index": i, "function": {"arguments": c["arguments"][j : j + 10]}}]})
         send({}, step.get("finish_reason") or ("tool_calls" if calls else "stop"))
         if (body.get("stream_options") or {}).get("include_usage"):
             tin, tout = _tokens(step, body)
@@ -241,15 +278,27 @@ class _Handler(BaseHTTPRequestHandler):
                 args = json.loads(c["arguments"])
             except json.JSONDecodeError:
                 args = {}
-            content.append({"type": "tool_use", "id": c["id"].replace("call_", "toolu_"), "name": c["name"],
-                            "input": args if isinstance(args, dict) else {}})
+            content.append(
+                {
+                    "type": "tool_use",
+                    "id": c["id"].replace("call_", "toolu_"),
+                    "name": c["name"],
+                    "input": args if isinstance(args, dict) else {},
+                }
+            )
         finish = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
         reason = step.get("finish_reason") or ("tool_calls" if step.get("tool_calls") else "stop")
         tin, tout = _tokens(step, body)
-        return {"id": f"msg_{uuid.uuid4().hex[:12]}", "type": "message", "role": "assistant",
-                "model": body.get("model", self.owner.model), "content": content,
-                "stop_reason": finish.get(reason, reason), "stop_sequence": None,
-                "usage": {"input_tokens": tin, "output_tokens": tout}}
+        return {
+            "id": f"msg_{uuid.uuid4().hex[:12]}",
+            "type": "message",
+            "role": "assistant",
+            "model": body.get("model", self.owner.model),
+            "content": content,
+            "stop_reason": finish.get(reason, reason),
+            "stop_sequence": None,
+            "usage": {"input_tokens": tin, "output_tokens": tout},
+        }
 
     def _error(self, status: int, message: str, anthropic: bool, retry_after=None) -> None:
         if anthropic:

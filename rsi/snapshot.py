@@ -241,8 +241,7 @@ class Snapshot:
         worker returns it): no round trip through a directory. Runtime artifacts and the
         top-level ``ignore`` folders are dropped first."""
         ignore = tuple(ignore)
-        tree = {p: v for p, v in tree.items()
-                if not is_runtime_artifact(p) and p.split("/", 1)[0] not in ignore}
+        tree = {p: v for p, v in tree.items() if not is_runtime_artifact(p) and p.split("/", 1)[0] not in ignore}
         if COMPONENTS_FILE in self.files and tree.get(COMPONENTS_FILE, (None,))[0] != self.read(COMPONENTS_FILE):
             raise Rejected("out_of_scope", f"{COMPONENTS_FILE} is not editable")
         files, blobs = self._classify(tree, self.components, secrets)
@@ -276,8 +275,7 @@ class Snapshot:
         check_paths(manifest["files"], where)
         files = {}
         for p, entry in manifest["files"].items():
-            if not (isinstance(entry, list) and len(entry) == 3 and is_digest(entry[0])
-                    and isinstance(entry[1], str)):
+            if not (isinstance(entry, list) and len(entry) == 3 and is_digest(entry[0]) and isinstance(entry[1], str)):
                 raise ConfigError(f"{where}: malformed manifest entry for {p!r}")
             files[p] = FileEntry(entry[0], entry[1], bool(entry[2]))
         for e in files.values():
@@ -290,8 +288,12 @@ class Snapshot:
         except yaml.YAMLError:
             raise ConfigError(f"{where}: its {COMPONENTS_FILE} is not YAML") from None
         components = Components.parse(rules)
-        snap = cls(files=files, blobs={e.digest: blobs[e.digest] for e in files.values()},
-                   components=components, parent_id=manifest.get("parent_id"))
+        snap = cls(
+            files=files,
+            blobs={e.digest: blobs[e.digest] for e in files.values()},
+            components=components,
+            parent_id=manifest.get("parent_id"),
+        )
         if snap.snapshot_id != sid:
             raise ConfigError(f"{where} does not match its stored content")
         return snap

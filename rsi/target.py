@@ -122,11 +122,23 @@ class ProgramTarget(Target):
         payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
         if proxy is not None:
             env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) == "bwrap")}
-        out = run_program(self.argv(workdir), workdir, payload, limits, env_passthrough=passthrough, env=env,
-                          harness=self.benchmark.harness_mounts(), dialogue=dialogue,
-                          binds=proxy.binds if proxy is not None else None)
-        trace: dict[str, Any] = {"status": out.status, "reason": out.reason, "returncode": out.returncode,
-                                 "stderr_tail": out.stderr_tail}
+        out = run_program(
+            self.argv(workdir),
+            workdir,
+            payload,
+            limits,
+            env_passthrough=passthrough,
+            env=env,
+            harness=self.benchmark.harness_mounts(),
+            dialogue=dialogue,
+            binds=proxy.binds if proxy is not None else None,
+        )
+        trace: dict[str, Any] = {
+            "status": out.status,
+            "reason": out.reason,
+            "returncode": out.returncode,
+            "stderr_tail": out.stderr_tail,
+        }
         if out.status != "ok":
             trace["stdout_tail"] = out.stdout_tail
             return RolloutResult(0.0, out.status, out.duration_s, trace)
@@ -147,17 +159,22 @@ class ProgramTarget(Target):
             # Scoring runs on hostile output: a scorer that raises on it (which Benchmark.score
             # forbids, but cannot be told apart from a candidate provoking a scorer bug) ends
             # this rollout as an error, with the place it raised, never the whole run.
-            trace.update(status="error", reason=f"scorer failed: {_where(exc, self.benchmark)}",
-                         stdout_tail=out.stdout_tail)
+            trace.update(
+                status="error", reason=f"scorer failed: {_where(exc, self.benchmark)}", stdout_tail=out.stdout_tail
+            )
             return RolloutResult(0.0, "error", out.duration_s + (time.perf_counter() - t0), trace)
         primary = min(max(primary, 0.0), 1.0)
         # What a candidate says it spent is its own report, kept in the trace. A jailed program
         # has no network, so the spend of a rollout (the row's tokens and cost, which the run's
         # budget counts) is only ever what a model proxy measured (MiniAgentTarget).
-        trace["reported_usage"] = {"tokens_in": usage.tokens_in, "tokens_out": usage.tokens_out,
-                                   "cost_usd": usage.cost_usd}
-        return RolloutResult(primary, "ok", out.duration_s + (time.perf_counter() - t0), trace,
-                             metrics=dict(score.metrics))
+        trace["reported_usage"] = {
+            "tokens_in": usage.tokens_in,
+            "tokens_out": usage.tokens_out,
+            "cost_usd": usage.cost_usd,
+        }
+        return RolloutResult(
+            primary, "ok", out.duration_s + (time.perf_counter() - t0), trace, metrics=dict(score.metrics)
+        )
 
 
 class MiniAgentTarget(ProgramTarget):
@@ -183,8 +200,10 @@ class MiniAgentTarget(ProgramTarget):
         super().check(snapshot)
         cfg = self.llm()
         if cfg is not None and cfg.api_key_env and cfg.api_key_env in self.config.env_pass:
-            raise ConfigError(f"target.env_pass names {cfg.api_key_env}, the model's key: a miniagent rollout "
-                              "reaches its model through the model proxy and must never hold the key")
+            raise ConfigError(
+                f"target.env_pass names {cfg.api_key_env}, the model's key: a miniagent rollout "
+                "reaches its model through the model proxy and must never hold the key"
+            )
 
     def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
         cfg = self.llm()

@@ -71,8 +71,17 @@ class ADAS(Algorithm):
         """The current version on dev is archive entry 0 and the first leader."""
         snap = self.ctx.seed_snapshot
         score = self.dev_score(snap, "seed", require_runs=True)
-        self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"dev score {score:.4f}",
-                    reason_code="seed", score=score, account=_prompts.SEED_ACCOUNT, archive_index=0)
+        self.decide(
+            "seed",
+            snap.snapshot_id,
+            None,
+            accepted=True,
+            reason=f"dev score {score:.4f}",
+            reason_code="seed",
+            score=score,
+            account=_prompts.SEED_ACCOUNT,
+            archive_index=0,
+        )
         self.add_to_archive(snap, _prompts.SEED_ACCOUNT, score)
         self.best, self.best_score = snap, score
 
@@ -89,20 +98,39 @@ class ADAS(Algorithm):
             return
         score = self.dev_score(child, f"s{self.step}")
         accepted = score > self.best_score
-        reason = (f"dev score {score:.4f} > leader {self.best_score:.4f}: new leader" if accepted else
-                  f"dev score {score:.4f} <= leader {self.best_score:.4f}: archived, leader kept")
-        self.decide("admit", child.snapshot_id, parent.snapshot_id, accepted=accepted, reason=reason,
-                    reason_code="new_leader" if accepted else "archived", score=score, leader_score=self.best_score, account=account, archive_index=len(self.archive))
+        reason = (
+            f"dev score {score:.4f} > leader {self.best_score:.4f}: new leader"
+            if accepted
+            else f"dev score {score:.4f} <= leader {self.best_score:.4f}: archived, leader kept"
+        )
+        self.decide(
+            "admit",
+            child.snapshot_id,
+            parent.snapshot_id,
+            accepted=accepted,
+            reason=reason,
+            reason_code="new_leader" if accepted else "archived",
+            score=score,
+            leader_score=self.best_score,
+            account=account,
+            archive_index=len(self.archive),
+        )
         self.add_to_archive(child, account, score)
         if accepted:
             self.best, self.best_score = child, score
 
     def finish(self) -> Snapshot:
         index = self.best_index()
-        return self.promote(self.best, f"highest dev score in the archive ({self.best_score:.4f})",
-                            reason_code="highest_dev_score", score=self.best_score, archive_index=index, archive=self.archive,
-                            archive_snapshot_ids=[s.snapshot_id for s in self.snapshots],
-                            declined_designs=self.declined_designs)
+        return self.promote(
+            self.best,
+            f"highest dev score in the archive ({self.best_score:.4f})",
+            reason_code="highest_dev_score",
+            score=self.best_score,
+            archive_index=index,
+            archive=self.archive,
+            archive_snapshot_ids=[s.snapshot_id for s in self.snapshots],
+            declined_designs=self.declined_designs,
+        )
 
     # ---- pieces --------------------------------------------------------------------------
     def dev_score(self, snap: Snapshot, salt: str, require_runs: bool = False) -> float:
@@ -120,27 +148,46 @@ class ADAS(Algorithm):
     def commit_design(self, parent: Snapshot, tree: EditResult, account: str) -> Snapshot | None:
         child = self.commit_or_decline(parent, tree, account=account)
         if isinstance(child, Decision):
-            self.declined_designs.append({"step": self.step, "parent_id": parent.snapshot_id,
-                                          "reason": child.reason, "detail": child.figures.get("detail", ""),
-                                          "account": account})
+            self.declined_designs.append(
+                {
+                    "step": self.step,
+                    "parent_id": parent.snapshot_id,
+                    "reason": child.reason,
+                    "detail": child.figures.get("detail", ""),
+                    "account": account,
+                }
+            )
             return None
         return child
 
     def add_to_archive(self, snap: Snapshot, account: str, score: float) -> None:
         self.archive.append({"account": account, "score": score})
         self.snapshots.append(snap)
-        self.ctx.archive.append({"index": len(self.archive) - 1, "step": self.step, "snapshot_id": snap.snapshot_id,
-                                 "parent_id": snap.parent_id, "account": account, "score": score})
+        self.ctx.archive.append(
+            {
+                "index": len(self.archive) - 1,
+                "step": self.step,
+                "snapshot_id": snap.snapshot_id,
+                "parent_id": snap.parent_id,
+                "account": account,
+                "score": score,
+            }
+        )
 
     def design_prompt(self, parent: Snapshot) -> str:
-        text = render(_prompts.DESIGN, parent_id=parent.snapshot_id, parent_score=f"{self.best_score:.4f}",
-                      **self.evidence_blocks())
+        text = render(
+            _prompts.DESIGN,
+            parent_id=parent.snapshot_id,
+            parent_score=f"{self.best_score:.4f}",
+            **self.evidence_blocks(),
+        )
         self.record_prompt("design", text)
         return text
 
     def reflect_prompt(self, r: int, account: str) -> str:
-        text = render(_prompts.REFLECT, round=r, rounds=self.p.num_reflections, account=account,
-                      **self.evidence_blocks())
+        text = render(
+            _prompts.REFLECT, round=r, rounds=self.p.num_reflections, account=account, **self.evidence_blocks()
+        )
         self.record_prompt(f"reflect-{r}", text)
         return text
 
@@ -149,18 +196,24 @@ class ADAS(Algorithm):
         within ``max_evidence_chars`` on its own; the oldest designs are cut first."""
         budget = self.p.max_evidence_chars
         components = self.ctx.seed_snapshot.components
-        return {"archive_note": _prompts.ARCHIVE_NOTE,
-                "archive": evidence([json.dumps(e, ensure_ascii=False) for e in self.archive], budget),
-                "scope": ", ".join(sorted(components.resolve_scope(self.ctx.config.run.target.evolve_scope))),
-                "components": evidence(component_table(components), budget)}
+        return {
+            "archive_note": _prompts.ARCHIVE_NOTE,
+            "archive": evidence([json.dumps(e, ensure_ascii=False) for e in self.archive], budget),
+            "scope": ", ".join(sorted(components.resolve_scope(self.ctx.config.run.target.evolve_scope))),
+            "components": evidence(component_table(components), budget),
+        }
 
     def best_index(self) -> int:
         return next(i for i, s in enumerate(self.snapshots) if s is self.best)
 
     # ---- resume --------------------------------------------------------------------------
     def extra_state(self) -> dict:
-        return {"archive": self.archive, "archive_snapshot_ids": [s.snapshot_id for s in self.snapshots],
-                "best_index": self.best_index(), "declined_designs": self.declined_designs}
+        return {
+            "archive": self.archive,
+            "archive_snapshot_ids": [s.snapshot_id for s in self.snapshots],
+            "best_index": self.best_index(),
+            "declined_designs": self.declined_designs,
+        }
 
     def restore(self, state: dict) -> None:
         self.archive = state["archive"]

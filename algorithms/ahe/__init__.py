@@ -68,8 +68,9 @@ class AHE(Algorithm):
         ids = [t.task_id for t in benchmark.split("train")]
         dupes = sorted({t for t in ids if ids.count(t) > 1})
         if dupes:
-            raise ConfigError(f"benchmark {benchmark.name}: train task ids must be unique for per-task verdicts; "
-                              f"repeated: {dupes}")
+            raise ConfigError(
+                f"benchmark {benchmark.name}: train task ids must be unique for per-task verdicts; repeated: {dupes}"
+            )
 
     def __init__(self, ctx, params: AHEParams):
         super().__init__(ctx, params)
@@ -89,9 +90,14 @@ class AHE(Algorithm):
         if self.step >= self.p.max_steps:
             return True
         if self.train_mean() >= self.p.target_score - 1e-12:
-            self.decide("stop", self.current.snapshot_id, self.current.parent_id, reason_code="target_score",
-                        reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
-                        train_mean=self.train_mean())
+            self.decide(
+                "stop",
+                self.current.snapshot_id,
+                self.current.parent_id,
+                reason_code="target_score",
+                reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
+                train_mean=self.train_mean(),
+            )
             return True
         return False
 
@@ -100,16 +106,28 @@ class AHE(Algorithm):
         self.evolve_round()
 
     def finish(self) -> Snapshot:
-        return self.promote(self.current, "the latest kept version (every valid edit is kept)",
-                            reason_code="latest_kept", train_mean=self.train_mean(), lineage=self.lineage,
-                            declined_edits=self.declined_edits)
+        return self.promote(
+            self.current,
+            "the latest kept version (every valid edit is kept)",
+            reason_code="latest_kept",
+            train_mean=self.train_mean(),
+            lineage=self.lineage,
+            declined_edits=self.declined_edits,
+        )
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
         self.require_seed_runs(self.measure(snap, "seed"))
-        self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {self.train_mean():.4f}",
-                    reason_code="seed",
-                    train_mean=self.train_mean(), means=self.means)
+        self.decide(
+            "seed",
+            snap.snapshot_id,
+            None,
+            accepted=True,
+            reason=f"train mean {self.train_mean():.4f}",
+            reason_code="seed",
+            train_mean=self.train_mean(),
+            means=self.means,
+        )
         self.adopt(snap)
 
     def evolve_round(self) -> None:
@@ -130,8 +148,16 @@ class AHE(Algorithm):
         try:
             manifest = parse_manifest(reply, changed)
         except ManifestError as exc:
-            self.decide("decline", child.snapshot_id, parent.snapshot_id, accepted=False, reason=exc.reason,
-                        reason_code=exc.reason, detail=str(exc), changed_paths=changed)
+            self.decide(
+                "decline",
+                child.snapshot_id,
+                parent.snapshot_id,
+                accepted=False,
+                reason=exc.reason,
+                reason_code=exc.reason,
+                detail=str(exc),
+                changed_paths=changed,
+            )
             self.declined_edits.append({"step": self.step, "reason": exc.reason, "detail": str(exc)})
             return
         before, before_mean = self.means, self.train_mean()
@@ -139,14 +165,32 @@ class AHE(Algorithm):
         flipped = flips(before, self.means)
         verdicts = [verdict(c, flipped) for c in manifest.changes]
         unattributed = unattributed_regressions(manifest, flipped)
-        self.decide("keep", child.snapshot_id, parent.snapshot_id, accepted=True, reason_code="kept",
-                    reason=f"train mean {self.train_mean():.4f} (was {before_mean:.4f}); kept, no score gate",
-                    train_mean=self.train_mean(), parent_train_mean=before_mean, means=self.means,
-                    parent_means=before, changed_paths=changed, discarded_runtime_files=discarded,
-                    manifest=manifest.record(), verdicts=verdicts, unattributed_regressions=unattributed, **flipped)
-        self.last_round = {"step": self.step, "version": child.snapshot_id, "verdicts": verdicts,
-                           "unattributed_regressions": unattributed, **flipped,
-                           "rollback_sources": {p: parent.text(p) if p in parent.files else None for p in changed}}
+        self.decide(
+            "keep",
+            child.snapshot_id,
+            parent.snapshot_id,
+            accepted=True,
+            reason_code="kept",
+            reason=f"train mean {self.train_mean():.4f} (was {before_mean:.4f}); kept, no score gate",
+            train_mean=self.train_mean(),
+            parent_train_mean=before_mean,
+            means=self.means,
+            parent_means=before,
+            changed_paths=changed,
+            discarded_runtime_files=discarded,
+            manifest=manifest.record(),
+            verdicts=verdicts,
+            unattributed_regressions=unattributed,
+            **flipped,
+        )
+        self.last_round = {
+            "step": self.step,
+            "version": child.snapshot_id,
+            "verdicts": verdicts,
+            "unattributed_regressions": unattributed,
+            **flipped,
+            "rollback_sources": {p: parent.text(p) if p in parent.files else None for p in changed},
+        }
         self.adopt(child)
 
     # ---- the Agent Debugger ----------------------------------------------------------------
@@ -158,25 +202,36 @@ class AHE(Algorithm):
         reports = {t: reply for t, (reply, _usage) in zip(tasks, self.ctx.workers.ask_many(prompts))}
         blocks = [f"### {t} ({self.means[t]:.3f}, {self.status[t]})\n{reports[t]}" for t in tasks]
         score_lines = self.score_lines()
-        part = split_budget({"scores": len("\n".join(score_lines)), "reports": len("\n\n".join(blocks))},
-                            self.p.max_evidence_chars)
-        text = render(_prompts.SYNTHESIZE, version=version.snapshot_id,
-                      scores=evidence(score_lines, max(part["scores"], MIN_EVIDENCE_CHARS), keep="first", sep="\n"),
-                      reports=evidence(blocks, max(part["reports"], MIN_EVIDENCE_CHARS), keep="first"))
+        part = split_budget(
+            {"scores": len("\n".join(score_lines)), "reports": len("\n\n".join(blocks))}, self.p.max_evidence_chars
+        )
+        text = render(
+            _prompts.SYNTHESIZE,
+            version=version.snapshot_id,
+            scores=evidence(score_lines, max(part["scores"], MIN_EVIDENCE_CHARS), keep="first", sep="\n"),
+            reports=evidence(blocks, max(part["reports"], MIN_EVIDENCE_CHARS), keep="first"),
+        )
         self.record_prompt("synthesis", text)
         synthesis, _usage = self.ctx.workers.ask(0, text)
         return {"synthesis": synthesis, "reports": blocks}
 
     def debug_prompt(self, version: Snapshot, i: int, task_id: str) -> str:
-        text = render(_prompts.DEBUG, version=version.snapshot_id, task_id=task_id,
-                      score=f"{self.means[task_id]:.3f} ({self.status[task_id]})",
-                      trace=evidence(self.trace(task_id), self.p.max_evidence_chars))
+        text = render(
+            _prompts.DEBUG,
+            version=version.snapshot_id,
+            task_id=task_id,
+            score=f"{self.means[task_id]:.3f} ({self.status[task_id]})",
+            trace=evidence(self.trace(task_id), self.p.max_evidence_chars),
+        )
         self.record_prompt(f"debug-{i:03d}-{task_id}", text)
         return text
 
     def raw_traces(self) -> dict:
-        return {"traces": [f"### {t} ({self.means[t]:.3f}, {self.status[t]})\n{self.trace(t)}"
-                           for t in self.failures_first()]}
+        return {
+            "traces": [
+                f"### {t} ({self.means[t]:.3f}, {self.status[t]})\n{self.trace(t)}" for t in self.failures_first()
+            ]
+        }
 
     # ---- the Evolve Agent ----------------------------------------------------------------
     def evolve_prompt(self, version: Snapshot, diagnosis: dict) -> str:
@@ -185,28 +240,48 @@ class AHE(Algorithm):
             "scores": (self.score_lines(), "\n"),
             "synthesis": ([diagnosis["synthesis"]] if "synthesis" in diagnosis else [], ""),
             "diagnosis": (diagnosis.get("reports") or diagnosis.get("traces") or [], "\n\n"),
-            "verdicts": ([json.dumps({k: v for k, v in last.items() if k != "rollback_sources"}, indent=1)]
-                         if last else [_prompts.NO_ROUND_YET], ""),
-            "rollback": ([f"### {p}\n" + ("(did not exist before: delete it to roll back)" if c is None else
-                                         f"```\n{c}\n```") for p, c in last["rollback_sources"].items()]
-                         if last else [_prompts.NO_ROUND_YET], "\n\n"),
-            "declined": ([json.dumps(d) for d in self.declined_edits[-DECLINED_SHOWN:]] or [_prompts.NO_DECLINED],
-                         "\n"),
+            "verdicts": (
+                [json.dumps({k: v for k, v in last.items() if k != "rollback_sources"}, indent=1)]
+                if last
+                else [_prompts.NO_ROUND_YET],
+                "",
+            ),
+            "rollback": (
+                [
+                    f"### {p}\n" + ("(did not exist before: delete it to roll back)" if c is None else f"```\n{c}\n```")
+                    for p, c in last["rollback_sources"].items()
+                ]
+                if last
+                else [_prompts.NO_ROUND_YET],
+                "\n\n",
+            ),
+            "declined": (
+                [json.dumps(d) for d in self.declined_edits[-DECLINED_SHOWN:]] or [_prompts.NO_DECLINED],
+                "\n",
+            ),
         }
         part = split_budget({k: len(sep.join(b)) for k, (b, sep) in sections.items()}, self.p.max_evidence_chars)
-        fit = {k: evidence(b, max(part[k], MIN_EVIDENCE_CHARS), keep="first", sep=sep)
-               for k, (b, sep) in sections.items()}
+        fit = {
+            k: evidence(b, max(part[k], MIN_EVIDENCE_CHARS), keep="first", sep=sep) for k, (b, sep) in sections.items()
+        }
         if "synthesis" in diagnosis:
             shown = render(_prompts.WITH_DEBUGGER, synthesis=fit["synthesis"], reports=fit["diagnosis"])
         else:
             shown = render(_prompts.RAW_TRACES, traces=fit["diagnosis"])
         components = self.ctx.seed_snapshot.components
-        text = render(_prompts.EVOLVE, version=version.snapshot_id, mean=f"{self.train_mean():.4f}",
-                      scores=fit["scores"], diagnosis=shown, verdicts=fit["verdicts"],
-                      rollback_sources=fit["rollback"], declined=fit["declined"],
-                      declined_count=DECLINED_SHOWN,
-                      scope=", ".join(sorted(components.resolve_scope(self.ctx.config.run.target.evolve_scope))),
-                      components=component_table(components))
+        text = render(
+            _prompts.EVOLVE,
+            version=version.snapshot_id,
+            mean=f"{self.train_mean():.4f}",
+            scores=fit["scores"],
+            diagnosis=shown,
+            verdicts=fit["verdicts"],
+            rollback_sources=fit["rollback"],
+            declined=fit["declined"],
+            declined_count=DECLINED_SHOWN,
+            scope=", ".join(sorted(components.resolve_scope(self.ctx.config.run.target.evolve_scope))),
+            components=component_table(components),
+        )
         self.record_prompt("evolve", text)
         return text
 
@@ -216,8 +291,9 @@ class AHE(Algorithm):
         discarded = runtime_artifacts(edited.tree)
         child = self.commit_or_decline(parent, edited, discarded_runtime_files=discarded)
         if isinstance(child, Decision):
-            self.declined_edits.append({"step": self.step, "reason": child.reason,
-                                        "detail": child.figures.get("detail", "")})
+            self.declined_edits.append(
+                {"step": self.step, "reason": child.reason, "detail": child.figures.get("detail", "")}
+            )
             return None, discarded
         return child, discarded
 
@@ -233,8 +309,13 @@ class AHE(Algorithm):
 
     def adopt(self, snap: Snapshot) -> None:
         self.current, self.diagnosis = snap, (None, {})
-        entry = {"index": len(self.lineage), "step": self.step, "snapshot_id": snap.snapshot_id,
-                 "parent_id": snap.parent_id, "train_mean": self.train_mean()}
+        entry = {
+            "index": len(self.lineage),
+            "step": self.step,
+            "snapshot_id": snap.snapshot_id,
+            "parent_id": snap.parent_id,
+            "train_mean": self.train_mean(),
+        }
         self.lineage.append(entry)
         self.ctx.archive.append(entry)
 
@@ -242,8 +323,9 @@ class AHE(Algorithm):
         return sum(self.means.values()) / len(self.means) if self.means else 0.0
 
     def failures_first(self) -> list[str]:
-        return ([t for t in self.train_ids if not passes(self.means[t])] +
-                [t for t in self.train_ids if passes(self.means[t])])
+        return [t for t in self.train_ids if not passes(self.means[t])] + [
+            t for t in self.train_ids if passes(self.means[t])
+        ]
 
     def score_lines(self) -> list[str]:
         return [f"- {t}: {self.means[t]:.3f} ({self.status[t]})" for t in self.train_ids]
@@ -256,14 +338,18 @@ class AHE(Algorithm):
 
     # ---- resume --------------------------------------------------------------------------
     def extra_state(self) -> dict:
-        return {"current": self.current.snapshot_id, "means": self.means, "status": self.status,
-                "trace_refs": self.trace_refs, "last_round": self.last_round,
-                "declined_edits": self.declined_edits, "archive": self.lineage}
+        return {
+            "current": self.current.snapshot_id,
+            "means": self.means,
+            "status": self.status,
+            "trace_refs": self.trace_refs,
+            "last_round": self.last_round,
+            "declined_edits": self.declined_edits,
+            "archive": self.lineage,
+        }
 
     def restore(self, state: dict) -> None:
         self.current = self.ctx.records.get_snapshot(state["current"])
         self.means, self.status, self.trace_refs = state["means"], state["status"], state["trace_refs"]
         self.last_round, self.declined_edits = state["last_round"], state["declined_edits"]
         self.lineage = state["archive"]
-
-

@@ -42,10 +42,12 @@ class Manifest:
     changes: list[Change]
 
     def record(self) -> dict:
-        return {"failure_evidence": self.failure_evidence, "root_cause": self.root_cause,
-                "targeted_fix": self.targeted_fix,
-                "changes": [{"path": c.path, "fix_tasks": c.fix_tasks, "risk_tasks": c.risk_tasks}
-                            for c in self.changes]}
+        return {
+            "failure_evidence": self.failure_evidence,
+            "root_cause": self.root_cause,
+            "targeted_fix": self.targeted_fix,
+            "changes": [{"path": c.path, "fix_tasks": c.fix_tasks, "risk_tasks": c.risk_tasks} for c in self.changes],
+        }
 
 
 def parse_manifest(reply: str, changed: list[str]) -> Manifest:
@@ -76,8 +78,10 @@ def parse_manifest(reply: str, changed: list[str]) -> Manifest:
             raw = _object(raw, f"changes[{i}]")
             if not isinstance(raw.get("path"), str) or not raw["path"]:
                 raise ManifestError("manifest_missing_fields", f"changes[{i}] needs a path")
-            fix, risk = (_tasks(raw[k], f"changes[{i}].{k}") if k in raw else list(default[k])
-                         for k in ("fix_tasks", "risk_tasks"))
+            fix, risk = (
+                _tasks(raw[k], f"changes[{i}].{k}") if k in raw else list(default[k])
+                for k in ("fix_tasks", "risk_tasks")
+            )
             changes.append(Change(raw["path"].strip().removeprefix("./"), fix, risk))
     else:
         changes = [Change(p, list(default["fix_tasks"]), list(default["risk_tasks"])) for p in changed]
@@ -142,8 +146,15 @@ def verdict(change: Change, flipped: dict[str, list[str]]) -> dict:
         name = "PARTIALLY_EFFECTIVE"
     else:
         name = "INEFFECTIVE"
-    return {"path": change.path, "verdict": name, "fix_tasks": change.fix_tasks, "risk_tasks": change.risk_tasks,
-            "fixed": fixed, "not_fixed": [t for t in change.fix_tasks if t not in fixed], "realised_risks": realised}
+    return {
+        "path": change.path,
+        "verdict": name,
+        "fix_tasks": change.fix_tasks,
+        "risk_tasks": change.risk_tasks,
+        "fixed": fixed,
+        "not_fixed": [t for t in change.fix_tasks if t not in fixed],
+        "realised_risks": realised,
+    }
 
 
 def unattributed_regressions(manifest: Manifest, flipped: dict[str, list[str]]) -> list[str]:

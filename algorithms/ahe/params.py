@@ -9,8 +9,9 @@ from rsi.algorithm import AlgorithmParams
 
 
 class AHEParams(AlgorithmParams):
-    max_steps: int = Field(10, ge=1, le=10_000,
-                           description="rounds; one round = one edit + one candidate evaluation on train")
+    max_steps: int = Field(
+        10, ge=1, le=10_000, description="rounds; one round = one edit + one candidate evaluation on train"
+    )
     target_score: float = Field(1.0, gt=0, le=1, description="stop early once the train mean reaches this, in (0, 1]")
     use_debugger: bool = Field(True, description="false: the Evolve Agent sees raw traces instead of debugger reports")
     debugger_max_tasks: int = Field(90, ge=1, le=10_000, description="traces diagnosed per round, failures first")

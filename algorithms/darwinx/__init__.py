@@ -56,7 +56,9 @@ class DarwinX(Algorithm):
         super().check_benchmark(benchmark, params)
         n = len(benchmark.split("train"))
         if params is not None and params.screen_size > n:
-            raise ConfigError(f"algorithm.screen_size ({params.screen_size}) is larger than the train split ({n} tasks)")
+            raise ConfigError(
+                f"algorithm.screen_size ({params.screen_size}) is larger than the train split ({n} tasks)"
+            )
 
     def __init__(self, ctx, params: DarwinXParams):
         super().__init__(ctx, params)
@@ -65,11 +67,14 @@ class DarwinX(Algorithm):
         specs = dict(params.policies)
         if specs.get("parent_selection", {}).get("rule") == "explore_or_best_lineage":
             # A configured rule without its probability takes the algorithm's, not the rule's default.
-            specs["parent_selection"] = {"exploration_probability": params.exploration_probability,
-                                         **specs["parent_selection"]}
+            specs["parent_selection"] = {
+                "exploration_probability": params.exploration_probability,
+                **specs["parent_selection"],
+            }
         policies = {name: build_rule(name, spec) for name, spec in specs.items()}
         self.parent_selection = resolve_slot(
-            "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability))
+            "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability)
+        )
         self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))
         self.acceptance = resolve_slot("acceptance", policies.get("acceptance"))
         self.merge_pairing = resolve_slot("merge_pairing", policies.get("merge_pairing"))
@@ -98,10 +103,19 @@ class DarwinX(Algorithm):
         seed.trace_refs = self._trace_refs(table)
         self.archive.append(seed)
         self.ctx.archive.append(seed.record())
-        self.decide("seed", snap.snapshot_id, None, accepted=True, reason=f"train mean {seed.train_mean:.4f}",
-                    reason_code="seed", level="confirm", train_mean=seed.train_mean, means=seed.means,
-                    samples=self.p.confirm_samples,
-                    solved=sorted(seed.solved))
+        self.decide(
+            "seed",
+            snap.snapshot_id,
+            None,
+            accepted=True,
+            reason=f"train mean {seed.train_mean:.4f}",
+            reason_code="seed",
+            level="confirm",
+            train_mean=seed.train_mean,
+            means=seed.means,
+            samples=self.p.confirm_samples,
+            solved=sorted(seed.solved),
+        )
 
     def propose(self, n: int) -> list[Proposal]:
         """Choose parents (or merge pairs) in order, then let the workers edit concurrently."""
@@ -113,10 +127,17 @@ class DarwinX(Algorithm):
                 main, donor = pair
                 ancestor = common_ancestor(main, donor, self._by_id())
                 prop = Proposal(step, "recombination", main, donor)
-                self.decide("merge", None, main.snapshot_id, step=step, donor_id=donor.snapshot_id,
-                            reason=f"recombine with {donor.snapshot_id} (ancestor {ancestor.snapshot_id})",
-                            reason_code="recombine", ancestor_id=ancestor.snapshot_id,
-                            union=len(main.solved | donor.solved))
+                self.decide(
+                    "merge",
+                    None,
+                    main.snapshot_id,
+                    step=step,
+                    donor_id=donor.snapshot_id,
+                    reason=f"recombine with {donor.snapshot_id} (ancestor {ancestor.snapshot_id})",
+                    reason_code="recombine",
+                    ancestor_id=ancestor.snapshot_id,
+                    union=len(main.solved | donor.solved),
+                )
                 refs = {"ancestor": ancestor.snapshot, "donor": donor.snapshot}
                 prompt = self._recombine_prompt(main, donor, ancestor)
                 self.record_prompt("recombine", prompt, step=step)
@@ -135,9 +156,15 @@ class DarwinX(Algorithm):
             child = self._commit(prop, edited, reply, known)
             if child is not None:
                 known.add(child.snapshot_id)
-                prop.candidate = Candidate(len(self.archive) + len([p for p in proposals if p.candidate]),
-                                           child, prop.step, prop.kind, parent_id=prop.parent.snapshot_id,
-                                           donor_id=prop.donor.snapshot_id if prop.donor else None, reply=reply)
+                prop.candidate = Candidate(
+                    len(self.archive) + len([p for p in proposals if p.candidate]),
+                    child,
+                    prop.step,
+                    prop.kind,
+                    parent_id=prop.parent.snapshot_id,
+                    donor_id=prop.donor.snapshot_id if prop.donor else None,
+                    reply=reply,
+                )
         return proposals
 
     def measure(self, proposals: list[Proposal]) -> None:
@@ -151,10 +178,24 @@ class DarwinX(Algorithm):
             ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
             p.candidate.screen_means, p.candidate.level = cand, "screen"
             code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
-            self.decide("screen", p.candidate.snapshot_id, p.parent.snapshot_id, accepted=ok, step=p.step,
-                        donor_id=p.candidate.donor_id, reason_code=code, reason=reason, level="screen",
-                        tasks=subsets[p.step], samples=self.p.screen_samples, means=cand, parent_means=primary,
-                        reference_means=reference, gain=gain, regression_mass=regression)
+            self.decide(
+                "screen",
+                p.candidate.snapshot_id,
+                p.parent.snapshot_id,
+                accepted=ok,
+                step=p.step,
+                donor_id=p.candidate.donor_id,
+                reason_code=code,
+                reason=reason,
+                level="screen",
+                tasks=subsets[p.step],
+                samples=self.p.screen_samples,
+                means=cand,
+                parent_means=primary,
+                reference_means=reference,
+                gain=gain,
+                regression_mass=regression,
+            )
             if ok:
                 passed.append(p)
             else:
@@ -168,9 +209,14 @@ class DarwinX(Algorithm):
         members = [c.member() for c in self.archive]
         best_id = self.promotion.choose(members).member_id
         best = next(c for c in self.archive if c.snapshot_id == best_id)
-        return self.promote(best.snapshot, f"highest train mean {best.train_mean:.4f} among confirmed members",
-                            reason_code="highest_train_mean", train_mean=best.train_mean, archive=[c.record() for c in self.archive],
-                            declined_edits=self.declined)
+        return self.promote(
+            best.snapshot,
+            f"highest train mean {best.train_mean:.4f} among confirmed members",
+            reason_code="highest_train_mean",
+            train_mean=best.train_mean,
+            archive=[c.record() for c in self.archive],
+            declined_edits=self.declined,
+        )
 
     # ---- gates ---------------------------------------------------------------------------
     def _confirm(self, p: Proposal, cand: dict, primary: dict, reference: dict, tables) -> None:
@@ -178,7 +224,9 @@ class DarwinX(Algorithm):
         inherited = set(p.parent.invariant)
         if p.donor is not None:
             inherited |= p.donor.invariant | p.parent.solved | p.donor.solved
-        figures = gate_figures(cand, primary, reference, inherited, self.p.solved_threshold, self.p.regression_tolerance)
+        figures = gate_figures(
+            cand, primary, reference, inherited, self.p.solved_threshold, self.p.regression_tolerance
+        )
         admitted = self.acceptance.accept(figures)
         c.level, c.means, c.admitted = "confirm", cand, admitted
         c.gain, c.regression_mass = figures.gain, figures.regression_mass
@@ -186,19 +234,41 @@ class DarwinX(Algorithm):
         c.invariant = inherited | c.solved
         c.lineage_gain = p.parent.lineage_gain + figures.gain
         c.trace_refs = self._trace_refs(tables[-1])
-        code, reason = (("admitted", "admitted: gains and preserves the lineage") if admitted else
-                        ("lost_solved", "lost solved tasks") if figures.lost_invariant else
-                        ("regression_over_tolerance", "regression over tolerance")
-                        if figures.regression_mass > self.p.regression_tolerance + 1e-12 else
-                        ("no_gain", "no gain"))
-        self.decide("confirm", c.snapshot_id, p.parent.snapshot_id, accepted=admitted, step=p.step,
-                    donor_id=c.donor_id, reason_code=code, reason=reason, level="confirm",
-                    samples=self.p.confirm_samples, means=cand, parent_means=primary, reference_means=reference,
-                    gain=figures.gain, regression_mass=figures.regression_mass,
-                    lost_invariant=list(figures.lost_invariant), train_mean=c.train_mean,
-                    uncertainty=paired_uncertainty(cand, primary, seed=p.step))
-        self._archive(p, improved=[t for t in cand if cand[t] > primary[t] + 1e-12],
-                      regressed=[t for t in cand if cand[t] < reference[t] - 1e-12], lost=list(figures.lost_invariant))
+        code, reason = (
+            ("admitted", "admitted: gains and preserves the lineage")
+            if admitted
+            else ("lost_solved", "lost solved tasks")
+            if figures.lost_invariant
+            else ("regression_over_tolerance", "regression over tolerance")
+            if figures.regression_mass > self.p.regression_tolerance + 1e-12
+            else ("no_gain", "no gain")
+        )
+        self.decide(
+            "confirm",
+            c.snapshot_id,
+            p.parent.snapshot_id,
+            accepted=admitted,
+            step=p.step,
+            donor_id=c.donor_id,
+            reason_code=code,
+            reason=reason,
+            level="confirm",
+            samples=self.p.confirm_samples,
+            means=cand,
+            parent_means=primary,
+            reference_means=reference,
+            gain=figures.gain,
+            regression_mass=figures.regression_mass,
+            lost_invariant=list(figures.lost_invariant),
+            train_mean=c.train_mean,
+            uncertainty=paired_uncertainty(cand, primary, seed=p.step),
+        )
+        self._archive(
+            p,
+            improved=[t for t in cand if cand[t] > primary[t] + 1e-12],
+            regressed=[t for t in cand if cand[t] < reference[t] - 1e-12],
+            lost=list(figures.lost_invariant),
+        )
 
     def _measure_all(self, props: list[Proposal], level: str, tasks_of, samples: int) -> dict:
         """One concurrent batch: parent (and donor) and candidate of every proposal."""
@@ -214,7 +284,7 @@ class DarwinX(Algorithm):
         tables = self.ctx.evaluator.evaluate_many(requests, label=level) if requests else []
         out, i = {}, 0
         for p, roles in layout:
-            got = dict(zip(roles, tables[i:i + len(roles)]))
+            got = dict(zip(roles, tables[i : i + len(roles)]))
             i += len(roles)
             means = {r: self._means(t) for r, t in got.items()}
             reference = means["parent"]
@@ -242,26 +312,52 @@ class DarwinX(Algorithm):
         return None
 
     def _commit(self, prop: Proposal, edited: EditResult, reply: str, known: set[str]) -> Snapshot | None:
-        child = self.commit_or_decline(prop.parent.snapshot, edited, ignore=(REF_DIR,), step=prop.step,
-                                       kind_of_edit=prop.kind, donor_id=prop.donor.snapshot_id if prop.donor else None)
+        child = self.commit_or_decline(
+            prop.parent.snapshot,
+            edited,
+            ignore=(REF_DIR,),
+            step=prop.step,
+            kind_of_edit=prop.kind,
+            donor_id=prop.donor.snapshot_id if prop.donor else None,
+        )
         if isinstance(child, Decision):
-            self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id,
-                                  "reason": child.reason, "reply": reply[-2000:]})
+            self.declined.append(
+                {
+                    "step": prop.step,
+                    "parent_id": prop.parent.snapshot_id,
+                    "reason": child.reason,
+                    "reply": reply[-2000:],
+                }
+            )
             return None
         if child.snapshot_id in known:
-            self.decide("decline", child.snapshot_id, prop.parent.snapshot_id, accepted=False, step=prop.step,
-                        reason="duplicate", reason_code="duplicate",
-                        detail="the edit reproduced a version already measured")
+            self.decide(
+                "decline",
+                child.snapshot_id,
+                prop.parent.snapshot_id,
+                accepted=False,
+                step=prop.step,
+                reason="duplicate",
+                reason_code="duplicate",
+                detail="the edit reproduced a version already measured",
+            )
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id, "reason": "duplicate"})
             return None
         return child
 
     def _archive(self, p: Proposal, improved: list, regressed: list, lost: list | None = None) -> None:
         c = p.candidate
-        prompt = render(_prompts.DISTIL,
-            reply=c.reply[-2000:] or "(none)", level=c.level, admitted=c.admitted, gain=_fmt(c.gain),
-            regression=_fmt(c.regression_mass), lost=lost or "none", improved=improved or "none",
-            regressed=regressed or "none")
+        prompt = render(
+            _prompts.DISTIL,
+            reply=c.reply[-2000:] or "(none)",
+            level=c.level,
+            admitted=c.admitted,
+            gain=_fmt(c.gain),
+            regression=_fmt(c.regression_mass),
+            lost=lost or "none",
+            improved=improved or "none",
+            regressed=regressed or "none",
+        )
         self.record_prompt("distil", prompt, step=p.step)
         c.learning, _usage = self.ctx.workers.ask(p.step, prompt)
         self.archive.append(c)
@@ -286,21 +382,32 @@ class DarwinX(Algorithm):
     def _mutate_prompt(self, parent: Candidate) -> str:
         budget = self.p.max_evidence_chars
         comps = self.ctx.seed_snapshot.components
-        return render(_prompts.MUTATE,
-            parent_id=parent.snapshot_id, confirm_samples=self.p.confirm_samples,
-            regression_tolerance=self.p.regression_tolerance, solved_threshold=self.p.solved_threshold,
-            invariant=sorted(parent.invariant) or "none yet", scope=self.ctx.config.run.target.evolve_scope,
-            components=comps.table(), traces=self._traces_evidence(parent, budget),
+        return render(
+            _prompts.MUTATE,
+            parent_id=parent.snapshot_id,
+            confirm_samples=self.p.confirm_samples,
+            regression_tolerance=self.p.regression_tolerance,
+            solved_threshold=self.p.solved_threshold,
+            invariant=sorted(parent.invariant) or "none yet",
+            scope=self.ctx.config.run.target.evolve_scope,
+            components=comps.table(),
+            traces=self._traces_evidence(parent, budget),
             archive=_newest_first([_archive_line(c) for c in self.archive], budget),
-            learnings=_newest_first([f"- [{c.snapshot_id}] {c.learning}" for c in self.archive if c.learning], budget))
+            learnings=_newest_first([f"- [{c.snapshot_id}] {c.learning}" for c in self.archive if c.learning], budget),
+        )
 
     def _recombine_prompt(self, main: Candidate, donor: Candidate, ancestor: Candidate) -> str:
-        return render(_prompts.RECOMBINE,
-            main_id=main.snapshot_id, ancestor_path=f"{REF_DIR}/ancestor", ancestor_id=ancestor.snapshot_id,
-            donor_path=f"{REF_DIR}/donor", donor_id=donor.snapshot_id,
+        return render(
+            _prompts.RECOMBINE,
+            main_id=main.snapshot_id,
+            ancestor_path=f"{REF_DIR}/ancestor",
+            ancestor_id=ancestor.snapshot_id,
+            donor_path=f"{REF_DIR}/donor",
+            donor_id=donor.snapshot_id,
             donor_only=sorted(donor.solved - main.solved) or "none",
             components=self.ctx.seed_snapshot.components.table(),
-            invariant=sorted(main.invariant | donor.invariant | main.solved | donor.solved) or "none")
+            invariant=sorted(main.invariant | donor.invariant | main.solved | donor.solved) or "none",
+        )
 
     def _traces_evidence(self, parent: Candidate, budget: int) -> str:
         """Raw traces of the parent's measurement, failures first, within the budget."""
@@ -318,12 +425,16 @@ class DarwinX(Algorithm):
 
     # ---- resume --------------------------------------------------------------------------
     def extra_state(self) -> dict:
-        return {"archive": [c.record() for c in self.archive], "declined": self.declined,
-                "tried_pairs": sorted(self.tried_pairs)}
+        return {
+            "archive": [c.record() for c in self.archive],
+            "declined": self.declined,
+            "tried_pairs": sorted(self.tried_pairs),
+        }
 
     def restore(self, state: dict) -> None:
-        self.archive = [Candidate.from_record(r, self.ctx.records.get_snapshot(r["snapshot_id"]))
-                        for r in state["archive"]]
+        self.archive = [
+            Candidate.from_record(r, self.ctx.records.get_snapshot(r["snapshot_id"])) for r in state["archive"]
+        ]
         self.declined = state["declined"]
         self.tried_pairs = {tuple(p) for p in state["tried_pairs"]}
 
@@ -333,9 +444,11 @@ def _fmt(v) -> str:
 
 
 def _archive_line(c: Candidate) -> str:
-    return (f"- {c.snapshot_id} ({c.kind}, parent {c.parent_id or '-'}{', donor ' + c.donor_id if c.donor_id else ''}): "
-            f"level {c.level}, admitted {c.admitted}, train mean {c.train_mean:.4f}, gain {_fmt(c.gain)}, "
-            f"regression {_fmt(c.regression_mass)}; {c.reply.strip()[:300]}")
+    return (
+        f"- {c.snapshot_id} ({c.kind}, parent {c.parent_id or '-'}{', donor ' + c.donor_id if c.donor_id else ''}): "
+        f"level {c.level}, admitted {c.admitted}, train mean {c.train_mean:.4f}, gain {_fmt(c.gain)}, "
+        f"regression {_fmt(c.regression_mass)}; {c.reply.strip()[:300]}"
+    )
 
 
 def _newest_first(items: list[str], budget: int) -> str:

@@ -49,19 +49,44 @@ class Candidate:
 
     def record(self) -> dict:
         return {
-            "index": self.index, "snapshot_id": self.snapshot_id, "parent_id": self.parent_id,
-            "donor_id": self.donor_id, "step": self.step, "kind": self.kind, "level": self.level,
-            "admitted": self.admitted, "train_mean": self.train_mean, "lineage_gain": self.lineage_gain,
-            "gain": self.gain, "regression_mass": self.regression_mass, "solved": sorted(self.solved),
-            "invariant": sorted(self.invariant), "means": self.means, "screen_means": self.screen_means,
-            "reply": self.reply, "learning": self.learning, "trace_refs": self.trace_refs,
+            "index": self.index,
+            "snapshot_id": self.snapshot_id,
+            "parent_id": self.parent_id,
+            "donor_id": self.donor_id,
+            "step": self.step,
+            "kind": self.kind,
+            "level": self.level,
+            "admitted": self.admitted,
+            "train_mean": self.train_mean,
+            "lineage_gain": self.lineage_gain,
+            "gain": self.gain,
+            "regression_mass": self.regression_mass,
+            "solved": sorted(self.solved),
+            "invariant": sorted(self.invariant),
+            "means": self.means,
+            "screen_means": self.screen_means,
+            "reply": self.reply,
+            "learning": self.learning,
+            "trace_refs": self.trace_refs,
         }
 
     @classmethod
     def from_record(cls, rec: dict, snapshot: Snapshot) -> "Candidate":
         c = cls(index=rec["index"], snapshot=snapshot, step=rec["step"], kind=rec["kind"])
-        for key in ("parent_id", "donor_id", "level", "admitted", "lineage_gain", "gain", "regression_mass",
-                    "means", "screen_means", "reply", "learning", "trace_refs"):
+        for key in (
+            "parent_id",
+            "donor_id",
+            "level",
+            "admitted",
+            "lineage_gain",
+            "gain",
+            "regression_mass",
+            "means",
+            "screen_means",
+            "reply",
+            "learning",
+            "trace_refs",
+        ):
             setattr(c, key, rec[key])
         c.solved, c.invariant = set(rec["solved"]), set(rec["invariant"])
         return c

@@ -17,8 +17,14 @@ def solved_set(means: dict[str, float], threshold: float) -> set[str]:
     return {t for t, v in means.items() if v >= threshold - TOLERANCE}
 
 
-def gate_figures(cand: dict[str, float], primary: dict[str, float], reference: dict[str, float],
-                 invariant: set[str], threshold: float, tolerance: float) -> GateFigures:
+def gate_figures(
+    cand: dict[str, float],
+    primary: dict[str, float],
+    reference: dict[str, float],
+    invariant: set[str],
+    threshold: float,
+    tolerance: float,
+) -> GateFigures:
     """``primary``: gain is measured against it; ``reference``: per-task regression reference
     (the primary itself for a mutation, the max of both parents for a recombination)."""
     tasks = sorted(cand)
@@ -28,8 +34,9 @@ def gate_figures(cand: dict[str, float], primary: dict[str, float], reference: d
     return GateFigures(gain=gain, regression_mass=regression, regression_tolerance=tolerance, lost_invariant=lost)
 
 
-def screen_passes(cand: dict[str, float], primary: dict[str, float], reference: dict[str, float],
-                  tolerance: float) -> tuple[bool, float, float]:
+def screen_passes(
+    cand: dict[str, float], primary: dict[str, float], reference: dict[str, float], tolerance: float
+) -> tuple[bool, float, float]:
     improved = any(cand[t] > primary[t] + TOLERANCE for t in cand)
     regression = sum(max(reference[t] - cand[t], 0.0) for t in cand)
     return improved and regression <= tolerance + TOLERANCE, sum(cand[t] - primary[t] for t in cand), regression
@@ -44,8 +51,7 @@ def screen_reason(ok: bool, cand: dict, primary: dict, regression: float, tolera
     return "screen_regression", f"regression {regression:.4f} over screen tolerance {tolerance:g}"
 
 
-def paired_uncertainty(cand: dict[str, float], parent: dict[str, float], seed: int = 0,
-                       resamples: int = 2000) -> dict:
+def paired_uncertainty(cand: dict[str, float], parent: dict[str, float], seed: int = 0, resamples: int = 2000) -> dict:
     """How much of a gain could be noise: sign test over tasks and a bootstrap 95% interval of
     the summed per-task gain. Reported beside the numeric gate, never part of it."""
     diffs = np.array([cand[t] - parent[t] for t in sorted(cand)])
@@ -58,5 +64,9 @@ def paired_uncertainty(cand: dict[str, float], parent: dict[str, float], seed: i
         lo, hi = np.percentile(sums, [2.5, 97.5])
     else:
         lo = hi = 0.0
-    return {"wins": wins, "losses": losses, "sign_test_p": round(p, 6),
-            "bootstrap_gain_95": [round(float(lo), 6), round(float(hi), 6)]}
+    return {
+        "wins": wins,
+        "losses": losses,
+        "sign_test_p": round(p, 6),
+        "bootstrap_gain_95": [round(float(lo), 6), round(float(hi), 6)],
+    }

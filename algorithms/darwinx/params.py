@@ -8,7 +8,9 @@ from rsi.algorithm import AlgorithmParams
 
 
 class DarwinXParams(AlgorithmParams):
-    max_steps: int = Field(10, ge=0, description="edit attempts; mutation, recombination and invalid edits each use one")
+    max_steps: int = Field(
+        10, ge=0, description="edit attempts; mutation, recombination and invalid edits each use one"
+    )
     screen_size: int = Field(3, ge=1, description="random screen subset size; at most the train size")
     screen_samples: int = Field(1, ge=1, description="repetitions per screen task")
     confirm_samples: int = Field(3, ge=1, description="repetitions per confirm task; at least screen_samples")
@@ -26,7 +28,8 @@ class DarwinXParams(AlgorithmParams):
         default_factory=dict,
         description="decision slots by built-in rule: {parent_selection|screen_sampling|acceptance|merge_pairing|"
         "promotion: {rule: NAME, PARAM: VALUE}}; unset slots keep the paper's rule "
-        "(parent_selection then uses exploration_probability)")
+        "(parent_selection then uses exploration_probability)",
+    )
 
     @model_validator(mode="after")
     def _policies(self):

@@ -21,15 +21,42 @@ from algorithms.meta.inner import DOMAINS, Expansion, c_sweep, domain_named, run
 from algorithms.meta.mutate import mutate_priority, mutate_source, symbolic_proposals
 from algorithms.meta.rewards import MetaOutcome, auc, final_reward, reward_named, rollouts_to
 from algorithms.meta.smoke import seed_source
-from algorithms.meta.stats import (FamilyReport, GateResult, meta_validate, paired_gate, required_holdout,
-                                   transfer_ratio)
+from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, transfer_ratio
 from algorithms.meta.tree import FlatPuct, Node, PrioritySelection, Tree
 from algorithms.meta.values import ParamSlot, SourceSlot, policy_source, priority_selection, validate_proposal
 
 __all__ = [
-    "DOMAINS", "PRIORITY_SEED", "Expansion", "FamilyReport", "FlatPuct", "GateResult", "InvalidProposal",
-    "MetaOutcome", "Node", "ParamSlot", "PrioritySelection", "SourceSlot", "Tree", "auc", "c_sweep",
-    "domain_named", "final_reward", "meta_validate", "mutate_priority", "mutate_source", "paired_gate",
-    "policy_source", "priority_selection", "required_holdout", "reward_named", "rollouts_to", "run_inner",
-    "scores", "seed_source", "symbolic_proposals", "transfer_ratio", "tree_search", "validate_proposal",
+    "DOMAINS",
+    "PRIORITY_SEED",
+    "Expansion",
+    "FamilyReport",
+    "FlatPuct",
+    "GateResult",
+    "InvalidProposal",
+    "MetaOutcome",
+    "Node",
+    "ParamSlot",
+    "PrioritySelection",
+    "SourceSlot",
+    "Tree",
+    "auc",
+    "c_sweep",
+    "domain_named",
+    "final_reward",
+    "meta_validate",
+    "mutate_priority",
+    "mutate_source",
+    "paired_gate",
+    "policy_source",
+    "priority_selection",
+    "required_holdout",
+    "reward_named",
+    "rollouts_to",
+    "run_inner",
+    "scores",
+    "seed_source",
+    "symbolic_proposals",
+    "transfer_ratio",
+    "tree_search",
+    "validate_proposal",
 ]

@@ -36,12 +36,18 @@ MAX_INSTANCES = 50_000
 
 
 class MetaParams(BenchmarkParams):
-    holdout: int = Field(200, ge=2, le=MAX_INSTANCES,
-                         description="gate hold-out (train): SOURCE instances, each with `seeds` inner seeds")
-    oracle: int = Field(200, ge=2, le=MAX_INSTANCES,
-                        description="confirm set (dev): fresh SOURCE instances a gain must hold on")
-    validation: int = Field(200, ge=2, le=MAX_INSTANCES,
-                            description="validation instances per family (test), disjoint from both")
+    holdout: int = Field(
+        200,
+        ge=2,
+        le=MAX_INSTANCES,
+        description="gate hold-out (train): SOURCE instances, each with `seeds` inner seeds",
+    )
+    oracle: int = Field(
+        200, ge=2, le=MAX_INSTANCES, description="confirm set (dev): fresh SOURCE instances a gain must hold on"
+    )
+    validation: int = Field(
+        200, ge=2, le=MAX_INSTANCES, description="validation instances per family (test), disjoint from both"
+    )
     seeds: int = Field(1, ge=1, le=64, description="inner seeds per instance (pairs = instances x seeds)")
     budget: int = Field(60, ge=1, le=100_000, description="expansions per inner search")
     reward: str = Field("auc", description="meta-reward: auc | final_reward | rollouts_to:<target value>")
@@ -76,13 +82,20 @@ class MetaBenchmark(Benchmark):
             return self._tasks(self.source, "source", BASES["train"], p.holdout)
         if split == "dev":
             return self._tasks(self.source, "source", BASES["dev"], p.oracle)
-        return (self._tasks(self.source, "source", BASES["test"], p.validation)
-                + self._tasks(self.target, "target", BASES["test"], p.validation))
+        return self._tasks(self.source, "source", BASES["test"], p.validation) + self._tasks(
+            self.target, "target", BASES["test"], p.validation
+        )
 
     def _tasks(self, family: str, role: str, base: int, n: int) -> list[Task]:
-        return [Task(f"{family}/{base + i}/{s}", {"domain": family, "instance": base + i, "seed": s},
-                     {"dataset": family, "role": role})
-                for i in range(n) for s in range(self.params.seeds)]
+        return [
+            Task(
+                f"{family}/{base + i}/{s}",
+                {"domain": family, "instance": base + i, "seed": s},
+                {"dataset": family, "role": role},
+            )
+            for i in range(n)
+            for s in range(self.params.seeds)
+        ]
 
     def domain(self, name: str) -> Domain:
         """The inner domain a task names, sized by this benchmark's parameters."""
@@ -101,17 +114,31 @@ class MetaBenchmark(Benchmark):
     def report(self, table, split: str) -> list[dict]:
         rows = super().report(table, split)
         roles = {self.source: "source", self.target: "target"}
-        return [{"family": r["dataset"], "role": roles.get(r["dataset"], "-"), "pairs": r["rollouts"],
-                 "mean_meta_reward": r["mean_score"], "failed": r["failed"]} for r in rows]
+        return [
+            {
+                "family": r["dataset"],
+                "role": roles.get(r["dataset"], "-"),
+                "pairs": r["rollouts"],
+                "mean_meta_reward": r["mean_score"],
+                "failed": r["failed"],
+            }
+            for r in rows
+        ]
 
     def family_of(self, task: Task) -> str:
         return task.meta["dataset"]
 
     def describe(self) -> dict[str, Any]:
         p = self.params
-        return {"source": self.source, "target": self.target, "holdout_pairs": p.holdout * p.seeds,
-                "oracle_pairs": p.oracle * p.seeds, "validation_pairs_per_family": p.validation * p.seeds,
-                "budget": p.budget, "reward": p.reward}
+        return {
+            "source": self.source,
+            "target": self.target,
+            "holdout_pairs": p.holdout * p.seeds,
+            "oracle_pairs": p.oracle * p.seeds,
+            "validation_pairs_per_family": p.validation * p.seeds,
+            "budget": p.budget,
+            "reward": p.reward,
+        }
 
 
 class LandscapeBenchmark(MetaBenchmark):

@@ -49,8 +49,10 @@ def quality(priority: Callable, item_lists: list, capacity: int) -> float:
     """Mean ``l1_bound / bins`` over the lists; NaN when the program fails on any of them."""
     try:
         with np.errstate(all="ignore"):
-            ratios = [l1_bound(items, capacity) / count_bins(items, capacity, pack(items, capacity, priority))
-                      for items in item_lists]
+            ratios = [
+                l1_bound(items, capacity) / count_bins(items, capacity, pack(items, capacity, priority))
+                for items in item_lists
+            ]
     except (InvalidPacking, ArithmeticError, ValueError, TypeError, IndexError, AttributeError, NameError):
         return math.nan
     return float(np.mean(ratios))
@@ -67,8 +69,9 @@ class BinpackDomain:
     mutate: Mutate = offline_mutation
 
     def problem(self, instance_id: int) -> "BinpackProblem":
-        return BinpackProblem(self, *_item_lists(self.family, self.code, self.items, self.n_train,
-                                                 self.n_held_out, int(instance_id)))
+        return BinpackProblem(
+            self, *_item_lists(self.family, self.code, self.items, self.n_train, self.n_held_out, int(instance_id))
+        )
 
 
 @lru_cache(maxsize=1024)

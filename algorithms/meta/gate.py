@@ -48,10 +48,41 @@ FACE_ARGS = ("rank", "visits", "total", "prior", "depth", "n_nodes")
 FACE_BUILTINS = {"min": min, "max": max, "abs": abs}
 _ANNOTATIONS = {"float": float, "int": int}
 MATH_NAMES = frozenset(n for n in dir(math) if not n.startswith("_"))
-_FACE_OPS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr,
-             ast.UAdd, ast.USub, ast.Not, ast.And, ast.Or, ast.Lt, ast.LtE, ast.Gt, ast.GtE, ast.Eq, ast.NotEq)
-_FACE_EXPRS = (ast.BinOp, ast.UnaryOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Call, ast.Name,
-               ast.Constant, ast.Attribute, ast.Load, ast.Store)
+_FACE_OPS = (
+    ast.Add,
+    ast.Sub,
+    ast.Mult,
+    ast.Div,
+    ast.FloorDiv,
+    ast.Mod,
+    ast.Pow,
+    ast.BitAnd,
+    ast.BitOr,
+    ast.UAdd,
+    ast.USub,
+    ast.Not,
+    ast.And,
+    ast.Or,
+    ast.Lt,
+    ast.LtE,
+    ast.Gt,
+    ast.GtE,
+    ast.Eq,
+    ast.NotEq,
+)
+_FACE_EXPRS = (
+    ast.BinOp,
+    ast.UnaryOp,
+    ast.BoolOp,
+    ast.Compare,
+    ast.IfExp,
+    ast.Call,
+    ast.Name,
+    ast.Constant,
+    ast.Attribute,
+    ast.Load,
+    ast.Store,
+)
 _FACE_STMTS = (ast.Assign, ast.AugAssign, ast.Return, ast.If, ast.Pass, ast.Expr)
 #: rank, visits, total, prior, depth, n_nodes: the root (0.5, 0, 0, 1, 0, 1) is on it.
 GRID = (
@@ -96,13 +127,21 @@ def _face_function(module: ast.Module) -> ast.FunctionDef:
             functions.append(stmt)
         elif not _is_docstring(stmt):
             raise InvalidProposal(
-                f"line {stmt.lineno}: only `import math` and `def priority(...)` may appear at top level")
+                f"line {stmt.lineno}: only `import math` and `def priority(...)` may appear at top level"
+            )
     if len(functions) != 1:
         raise InvalidProposal("define exactly one function `priority`")
     fn = functions[0]
     args = fn.args
-    if (tuple(a.arg for a in args.args) != FACE_ARGS or args.posonlyargs or args.kwonlyargs or args.vararg
-            or args.kwarg or args.defaults or fn.decorator_list):
+    if (
+        tuple(a.arg for a in args.args) != FACE_ARGS
+        or args.posonlyargs
+        or args.kwonlyargs
+        or args.vararg
+        or args.kwarg
+        or args.defaults
+        or fn.decorator_list
+    ):
         raise InvalidProposal(f"the signature must be exactly priority({', '.join(FACE_ARGS)})")
     for note in [a.annotation for a in args.args] + [fn.returns]:
         if note is not None and not (isinstance(note, ast.Name) and note.id in _ANNOTATIONS):
@@ -132,7 +171,8 @@ def _check_face_node(node: ast.AST, known: set) -> None:
             raise InvalidProposal(f"{where}: only numeric constants are allowed")
     elif not isinstance(node, _FACE_EXPRS + _FACE_STMTS):
         raise InvalidProposal(
-            f"{where}: {type(node).__name__} is not allowed on the narrow face (no loops, comprehensions, lambdas)")
+            f"{where}: {type(node).__name__} is not allowed on the narrow face (no loops, comprehensions, lambdas)"
+        )
 
 
 def _check_face_ast(module: ast.Module) -> ast.FunctionDef:
@@ -173,8 +213,10 @@ def _restricted_import(allowed: frozenset) -> Callable:
 
 def _face_function_object(module: ast.Module) -> Callable:
     tree = ast.fix_missing_locations(_FloatConstants().visit(module))
-    namespace = {"__builtins__": FACE_BUILTINS | _ANNOTATIONS | {"__import__": _restricted_import(frozenset({"math"}))},
-                 "math": math}
+    namespace = {
+        "__builtins__": FACE_BUILTINS | _ANNOTATIONS | {"__import__": _restricted_import(frozenset({"math"}))},
+        "math": math,
+    }
     exec(compile(tree, "<priority>", "exec"), namespace)
     return namespace["priority"]
 
@@ -211,27 +253,101 @@ def build_priority(source: Any) -> PrioritySelection:
 
 
 # ---- the general face: class Policy ----------------------------------------------------------
-IMPORTS = frozenset({"math", "random", "statistics", "itertools", "collections", "functools", "dataclasses",
-                     "typing", "enum", "heapq", "bisect", "collections.abc"})
+IMPORTS = frozenset(
+    {
+        "math",
+        "random",
+        "statistics",
+        "itertools",
+        "collections",
+        "functools",
+        "dataclasses",
+        "typing",
+        "enum",
+        "heapq",
+        "bisect",
+        "collections.abc",
+    }
+)
 #: The engine's value types a policy may import, by module.
 VALUE_TYPES = {
     "algorithms.slots": frozenset({"Member", "Entry", "GateFigures", "TOLERANCE"}),
     "algorithms.meta.tree": frozenset({"Node", "Tree"}),
 }
-BANNED_NAMES = frozenset({
-    "exec", "eval", "open", "getattr", "setattr", "delattr", "type", "super", "compile", "__import__",
-    "globals", "locals", "vars", "input", "breakpoint", "help", "memoryview",
-})
+BANNED_NAMES = frozenset(
+    {
+        "exec",
+        "eval",
+        "open",
+        "getattr",
+        "setattr",
+        "delattr",
+        "type",
+        "super",
+        "compile",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "input",
+        "breakpoint",
+        "help",
+        "memoryview",
+    }
+)
 ALLOWED_DUNDER_DEFS = frozenset({"__init__", "__post_init__"})
 _DUNDER = re.compile(r"__\w+__")
 _TOP_LEVEL = (ast.Import, ast.ImportFrom, ast.ClassDef, ast.FunctionDef, ast.Assign, ast.AnnAssign)
-SAFE_BUILTINS = {name: getattr(builtins, name) for name in (
-    "abs", "all", "any", "bool", "dict", "divmod", "enumerate", "filter", "float", "frozenset", "hash", "int",
-    "isinstance", "iter", "len", "list", "map", "max", "min", "next", "pow", "property", "range", "reversed",
-    "round", "set", "slice", "sorted", "staticmethod", "str", "sum", "tuple", "zip", "ArithmeticError",
-    "Exception", "IndexError", "KeyError", "StopIteration", "TypeError", "ValueError", "ZeroDivisionError",
-    "True", "False", "None", "NotImplemented",
-)}
+SAFE_BUILTINS = {
+    name: getattr(builtins, name)
+    for name in (
+        "abs",
+        "all",
+        "any",
+        "bool",
+        "dict",
+        "divmod",
+        "enumerate",
+        "filter",
+        "float",
+        "frozenset",
+        "hash",
+        "int",
+        "isinstance",
+        "iter",
+        "len",
+        "list",
+        "map",
+        "max",
+        "min",
+        "next",
+        "pow",
+        "property",
+        "range",
+        "reversed",
+        "round",
+        "set",
+        "slice",
+        "sorted",
+        "staticmethod",
+        "str",
+        "sum",
+        "tuple",
+        "zip",
+        "ArithmeticError",
+        "Exception",
+        "IndexError",
+        "KeyError",
+        "StopIteration",
+        "TypeError",
+        "ValueError",
+        "ZeroDivisionError",
+        "True",
+        "False",
+        "None",
+        "NotImplemented",
+    )
+}
 
 
 def _check_import(node: ast.AST) -> None:
@@ -240,7 +356,8 @@ def _check_import(node: ast.AST) -> None:
         for alias in node.names:
             if alias.name not in IMPORTS:
                 raise InvalidProposal(
-                    f"{where}: import of {alias.name!r} is outside the whitelist ({', '.join(sorted(IMPORTS))})")
+                    f"{where}: import of {alias.name!r} is outside the whitelist ({', '.join(sorted(IMPORTS))})"
+                )
         return
     if node.level:
         raise InvalidProposal(f"{where}: relative imports are not allowed")
@@ -258,8 +375,12 @@ def _check_policy_node(node: ast.AST, modules: set) -> None:
     where = f"line {getattr(node, 'lineno', '?')}"
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         _check_import(node)
-    elif isinstance(node, ast.Attribute) and not isinstance(node.ctx, ast.Load) \
-            and isinstance(node.value, ast.Name) and node.value.id in modules:
+    elif (
+        isinstance(node, ast.Attribute)
+        and not isinstance(node.ctx, ast.Load)
+        and isinstance(node.value, ast.Name)
+        and node.value.id in modules
+    ):
         raise InvalidProposal(f"{where}: assigning into module {node.value.id!r} is not allowed")
     elif isinstance(node, (ast.Global, ast.Nonlocal)):
         raise InvalidProposal(f"{where}: global/nonlocal are not allowed")
@@ -267,8 +388,11 @@ def _check_policy_node(node: ast.AST, modules: set) -> None:
         raise InvalidProposal(f"{where}: name {node.id!r} is not allowed")
     elif isinstance(node, ast.Attribute) and _DUNDER.fullmatch(node.attr):
         raise InvalidProposal(f"{where}: dunder attribute {node.attr!r} is not allowed")
-    elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and _DUNDER.fullmatch(node.name) \
-            and node.name not in ALLOWED_DUNDER_DEFS:
+    elif (
+        isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+        and _DUNDER.fullmatch(node.name)
+        and node.name not in ALLOWED_DUNDER_DEFS
+    ):
         raise InvalidProposal(f"{where}: defining {node.name!r} is not allowed")
     elif isinstance(node, ast.keyword) and node.arg and _DUNDER.fullmatch(node.arg):
         raise InvalidProposal(f"{where}: dunder keyword {node.arg!r} is not allowed")
@@ -285,8 +409,9 @@ def check_policy_ast(source: Any) -> ast.Module:
     if not any(isinstance(s, ast.ClassDef) and s.name == "Policy" for s in module.body):
         raise InvalidProposal("the source must define a top-level class named Policy")
     # Names bound to modules: writing into one would change it for the whole process.
-    modules = {a.asname or a.name.partition(".")[0]
-               for n in ast.walk(module) if isinstance(n, ast.Import) for a in n.names}
+    modules = {
+        a.asname or a.name.partition(".")[0] for n in ast.walk(module) if isinstance(n, ast.Import) for a in n.names
+    }
     for node in ast.walk(module):
         _check_policy_node(node, modules)
     return module
@@ -304,9 +429,11 @@ def build_checked_policy(module: Any, slot: str) -> Any:
     from algorithms.meta.smoke import smoke
 
     allowed = IMPORTS | frozenset(VALUE_TYPES)
-    namespace = {"__builtins__": SAFE_BUILTINS | {"__build_class__": builtins.__build_class__,
-                                                  "__import__": _restricted_import(allowed)},
-                 "__name__": "rsi_policy"}
+    namespace = {
+        "__builtins__": SAFE_BUILTINS
+        | {"__build_class__": builtins.__build_class__, "__import__": _restricted_import(allowed)},
+        "__name__": "rsi_policy",
+    }
     try:
         exec(module if isinstance(module, types.CodeType) else compile(module, "<policy>", "exec"), namespace)
     except Exception as exc:  # candidate code: the failure is the verdict

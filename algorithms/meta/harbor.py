@@ -106,8 +106,9 @@ def read_reward(logs: Path, exit_code: int | None) -> float:
 
 def _run_group(argv: list, cwd: Path, env: dict, timeout: float) -> tuple:
     """``(exit_code or None on timeout, output)``; on timeout the whole process group dies."""
-    proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True
+    )
     try:
         out, _ = proc.communicate(timeout=timeout)
         return proc.returncode, out.decode(errors="replace")
@@ -143,10 +144,14 @@ class LocalRunner:
                     return Verdict(0.0, "patch_failed", code, out, time.monotonic() - start)
             shutil.copytree(task.path / "tests", tests)
             logs.mkdir(parents=True)
-            env = {"PATH": os.environ.get("PATH", ""), "HOME": tmp, "TESTS_DIR": str(tests),
-                   "LOGS_DIR": str(logs.parent), "WORKSPACE": str(work)} | task.verifier_env
-            code, out = _run_group(["bash", str(tests / "test.sh")], work, env,
-                                   self.timeout_s or task.verifier_timeout)
+            env = {
+                "PATH": os.environ.get("PATH", ""),
+                "HOME": tmp,
+                "TESTS_DIR": str(tests),
+                "LOGS_DIR": str(logs.parent),
+                "WORKSPACE": str(work),
+            } | task.verifier_env
+            code, out = _run_group(["bash", str(tests / "test.sh")], work, env, self.timeout_s or task.verifier_timeout)
             if code is None:
                 return Verdict(0.0, "timeout", None, out, time.monotonic() - start)
             return Verdict(read_reward(logs, code), "ok", code, out, time.monotonic() - start)
@@ -216,8 +221,9 @@ class DockerRunner:
                 if code != 0:
                     return Verdict(0.0, "patch_failed", code, out.decode(errors="replace"), time.monotonic() - start)
             limit = int(self.timeout_s or task.verifier_timeout)
-            code, out = container.exec_run(f"timeout -s KILL {limit} bash /tests/test.sh",
-                                           environment=task.verifier_env)
+            code, out = container.exec_run(
+                f"timeout -s KILL {limit} bash /tests/test.sh", environment=task.verifier_env
+            )
             if code in (124, 137):
                 return Verdict(0.0, "timeout", None, out.decode(errors="replace"), time.monotonic() - start)
             value = self._reward(container, code)

@@ -144,15 +144,19 @@ def run_inner(policy: Any, domain: Any, instance_id: int, seed: int, budget: int
     return tree_search(dom.problem(int(instance_id)), selection, int(budget), mix(int(instance_id), int(seed)))
 
 
-def scores(policy: Any, domain: Any, pairs: Iterable[tuple[int, int]], budget: int,
-           reward: Reward = auc) -> np.ndarray:
+def scores(policy: Any, domain: Any, pairs: Iterable[tuple[int, int]], budget: int, reward: Reward = auc) -> np.ndarray:
     """Meta-reward per (instance, seed) pair, in order: the in-process twin of a fan-out."""
     selection = compile_policy(policy)
     return np.array([reward(run_inner(selection, domain, i, s, budget)) for i, s in pairs])
 
 
-def c_sweep(domain: Any, pairs: Sequence[tuple[int, int]], budget: int,
-            cs: Sequence[float] = (0.0, 0.25, 0.5, 1.0, 2.0), reward: Reward = auc) -> dict:
+def c_sweep(
+    domain: Any,
+    pairs: Sequence[tuple[int, int]],
+    budget: int,
+    cs: Sequence[float] = (0.0, 0.25, 0.5, 1.0, 2.0),
+    reward: Reward = auc,
+) -> dict:
     """Measure the seed rule's own constant first: per ``c``, the reward of every pair.
 
     This is the ceiling an evolved rule is placed against (on, beyond or behind the hand-tuned

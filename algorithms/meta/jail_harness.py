@@ -213,8 +213,9 @@ def run(rule, out, timeout):
                 del searches[k]
                 continue
             except SearchTimeout:
-                ended.append([k, "timeout", f"the search ran past its {timeout:g} s limit",
-                              count_faults(s.policy, s.before)])
+                ended.append(
+                    [k, "timeout", f"the search ran past its {timeout:g} s limit", count_faults(s.policy, s.before)]
+                )
                 del searches[k]
                 continue
             selected.append([k, index, count_faults(s.policy, s.before)])

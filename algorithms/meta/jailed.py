@@ -60,8 +60,13 @@ def support_files() -> tuple[Path, ...]:
     import algorithms.slots
     import rsi.errors
 
-    return (Path(rsi.errors.__file__).resolve(), Path(algorithms.slots.__file__).resolve(), HERE / "tree.py",
-            HERE / "gate.py", HERE / "smoke.py")
+    return (
+        Path(rsi.errors.__file__).resolve(),
+        Path(algorithms.slots.__file__).resolve(),
+        HERE / "tree.py",
+        HERE / "gate.py",
+        HERE / "smoke.py",
+    )
 
 
 def mounts() -> dict[str, str]:
@@ -70,8 +75,17 @@ def mounts() -> dict[str, str]:
 
 
 def argv(mode: str, entry: str, face: str, timeout_s: float) -> list[str]:
-    return [sys.executable, "-I", "-S", str(HARNESS), mode, entry, face, repr(float(timeout_s)),
-            *(str(p) for p in support_files())]
+    return [
+        sys.executable,
+        "-I",
+        "-S",
+        str(HARNESS),
+        mode,
+        entry,
+        face,
+        repr(float(timeout_s)),
+        *(str(p) for p in support_files()),
+    ]
 
 
 def default_limits() -> Limits:
@@ -92,15 +106,24 @@ def check_in_jail(source: str, face: str, limits: Limits | None = None) -> None:
     with tempfile.TemporaryDirectory(prefix="rsi-meta-check-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / RULE_FILE).write_text(source)
-        out = run_program(argv("check", RULE_FILE, face, limits.timeout_s), work, None, limits,
-                          harness=mounts(), required_keys=("ok",))
+        out = run_program(
+            argv("check", RULE_FILE, face, limits.timeout_s),
+            work,
+            None,
+            limits,
+            harness=mounts(),
+            required_keys=("ok",),
+        )
     if out.status != "ok":
         raise InvalidProposal(f"the proposal check ended {out.status} in the jail: {out.reason}")
     if out.output.get("ok") is True:
         return
     reason = out.output.get("reason")
-    raise InvalidProposal(_clip(reason) if isinstance(reason, str) and reason.strip() else
-                          "rejected by the jailed check (no reason given)")
+    raise InvalidProposal(
+        _clip(reason)
+        if isinstance(reason, str) and reason.strip()
+        else "rejected by the jailed check (no reason given)"
+    )
 
 
 # ---- rollouts: lockstep searches -----------------------------------------------------------------
@@ -174,7 +197,7 @@ class SearchDialogue(Dialogue):
         if len(numbers) % 3 or not all(n.isdigit() and len(n) <= 12 for n in numbers):
             raise DialogueError(f"round answer: selections must be 'search node faults' triples, got {head[:60]!r}")
         numbers = [int(n) for n in numbers]
-        selected = [tuple(numbers[i:i + 3]) for i in range(0, len(numbers), 3)]
+        selected = [tuple(numbers[i : i + 3]) for i in range(0, len(numbers), 3)]
         endings = []
         if tab:
             try:
@@ -186,8 +209,9 @@ class SearchDialogue(Dialogue):
                 raise DialogueError(f"round answer: {exc}") from None
         named = [k for k, _, _ in selected] + [k for k, _, _, _ in endings]
         if sorted(named) != sorted(asked):
-            raise DialogueError(f"the round asked searches {sorted(asked)[:8]}... and the answer named "
-                                f"{sorted(named)[:8]}...")
+            raise DialogueError(
+                f"the round asked searches {sorted(asked)[:8]}... and the answer named {sorted(named)[:8]}..."
+            )
         for k, kind, why, faults in endings:
             s = self.searches[k]
             if kind == "unusable":
@@ -215,10 +239,12 @@ class SearchDialogue(Dialogue):
         return message if message or self.pending else None  # None: every search has ended
 
     def _ending(self, a) -> tuple[int, str, str, int]:
-        if not (isinstance(a, list) and len(a) == 4 and a[1] in ("error", "unusable", "timeout")
-                and isinstance(a[2], str)):
-            raise untrusted.Invalid(f"an ending must be [search, error|unusable|timeout, reason, faults], "
-                                    f"got {untrusted.show(a)}")
+        if not (
+            isinstance(a, list) and len(a) == 4 and a[1] in ("error", "unusable", "timeout") and isinstance(a[2], str)
+        ):
+            raise untrusted.Invalid(
+                f"an ending must be [search, error|unusable|timeout, reason, faults], got {untrusted.show(a)}"
+            )
         k = untrusted.nonneg_int(a[0], "search", 10**9)
         if k not in self.searches:
             raise untrusted.Invalid(f"search {k} is not running")
@@ -230,8 +256,14 @@ class SearchDialogue(Dialogue):
         return {"searches": len(self.ended)}
 
 
-def run_searches(source: str, face: str, starts: Sequence[Callable[[], InnerSearch]], selection: str,
-                 limits: Limits | None = None, mounts_: dict[str, str] | None = None) -> list[Ended]:
+def run_searches(
+    source: str,
+    face: str,
+    starts: Sequence[Callable[[], InnerSearch]],
+    selection: str,
+    limits: Limits | None = None,
+    mounts_: dict[str, str] | None = None,
+) -> list[Ended]:
     """Every search of ``starts`` with the rule ``source``, in one jail; one ``Ended`` each, in
     order. A jail that fails part-way (start, protocol, time) leaves the searches it did not
     finish with its status; those it finished keep theirs, computed here."""
@@ -241,18 +273,28 @@ def run_searches(source: str, face: str, starts: Sequence[Callable[[], InnerSear
     n = len(starts)
     # Each search may spend ``timeout_s`` in the rule (the harness ends it past that); the jail
     # as a whole, one process, gets the sum, in wall-clock and CPU time alike.
-    batch = dataclasses.replace(limits, timeout_s=limits.timeout_s * n + 30.0,
-                                cpu_s=None if limits.cpu_s is None else limits.cpu_s * n + 30)
+    batch = dataclasses.replace(
+        limits, timeout_s=limits.timeout_s * n + 30.0, cpu_s=None if limits.cpu_s is None else limits.cpu_s * n + 30
+    )
     dialogue = SearchDialogue(starts, selection)
     with tempfile.TemporaryDirectory(prefix="rsi-meta-rule-", ignore_cleanup_errors=True) as tmp:
         work = Path(tmp)
         (work / RULE_FILE).write_text(source)
-        out = run_program(argv("run", RULE_FILE, face, limits.timeout_s), work, None, batch,
-                          harness=mounts_ or mounts(), dialogue=dialogue)
+        out = run_program(
+            argv("run", RULE_FILE, face, limits.timeout_s),
+            work,
+            None,
+            batch,
+            harness=mounts_ or mounts(),
+            dialogue=dialogue,
+        )
     if len(dialogue.ended) < n:
         status = out.status if out.status != "ok" else "protocol_error"
-        why = _clip(f"the jail ended {status}: {out.reason}" + (f" (stderr: {out.stderr_tail[-300:]})"
-                                                                  if out.stderr_tail.strip() else ""), 600)
+        why = _clip(
+            f"the jail ended {status}: {out.reason}"
+            + (f" (stderr: {out.stderr_tail[-300:]})" if out.stderr_tail.strip() else ""),
+            600,
+        )
         for k in range(n):
             if k in dialogue.ended:
                 continue

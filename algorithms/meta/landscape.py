@@ -97,8 +97,30 @@ def _landscape(family: Family, instance_id: int) -> Landscape:
     return Landscape(family, instance_id)
 
 
-SOURCE = Family("landscape-source", 1, dim=2, peaks=1, width=(0.15, 0.35), ripple=0.0, frequency=3.0,
-                step=0.05, fail=0.05, dead=0.0, noise=0.0)
-TARGET = Family("landscape-target", 2, dim=6, peaks=6, width=(0.3, 0.5), ripple=0.1, frequency=4.0,
-                step=0.07, fail=0.15, dead=0.15, noise=0.04)
+SOURCE = Family(
+    "landscape-source",
+    1,
+    dim=2,
+    peaks=1,
+    width=(0.15, 0.35),
+    ripple=0.0,
+    frequency=3.0,
+    step=0.05,
+    fail=0.05,
+    dead=0.0,
+    noise=0.0,
+)
+TARGET = Family(
+    "landscape-target",
+    2,
+    dim=6,
+    peaks=6,
+    width=(0.3, 0.5),
+    ripple=0.1,
+    frequency=4.0,
+    step=0.07,
+    fail=0.15,
+    dead=0.15,
+    noise=0.04,
+)
 FAMILIES = {f.name: f for f in (SOURCE, TARGET)}

@@ -65,13 +65,18 @@ def figures(g: GateResult | None, prefix: str = "") -> dict:
     if g is None:
         return {}
     fin = lambda v: float(v) if math.isfinite(v) else None  # noqa: E731
-    return {f"{prefix}gain": fin(g.mean_gain), f"{prefix}se": fin(g.se), f"{prefix}z": fin(g.z),
-            f"{prefix}n": g.n, f"{prefix}wins": g.wins, f"{prefix}losses": g.losses}
+    return {
+        f"{prefix}gain": fin(g.mean_gain),
+        f"{prefix}se": fin(g.se),
+        f"{prefix}z": fin(g.z),
+        f"{prefix}n": g.n,
+        f"{prefix}wins": g.wins,
+        f"{prefix}losses": g.losses,
+    }
 
 
 def fmt_gate(g: GateResult) -> str:
-    return (f"gain {g.mean_gain:+.4f} ± {g.se:.4f} (z {g.z:.1f}, {g.wins}/{g.losses} wins/losses "
-            f"over {g.n} pairs)")
+    return f"gain {g.mean_gain:+.4f} ± {g.se:.4f} (z {g.z:.1f}, {g.wins}/{g.losses} wins/losses over {g.n} pairs)"
 
 
 def extract_rule(reply: str) -> str:
@@ -93,28 +98,37 @@ class MetaEvolve(Algorithm):
         except ConfigError as exc:
             raise ConfigError(f"algorithm.slot: {exc}") from None
         if p.slot != SLOT:
-            raise ConfigError(f"algorithm.slot: {p.slot!r} is a decision slot, but the meta benchmarks run tree "
-                              f"searches, which consult only {SLOT}")
+            raise ConfigError(
+                f"algorithm.slot: {p.slot!r} is a decision slot, but the meta benchmarks run tree "
+                f"searches, which consult only {SLOT}"
+            )
         if run.target.kind != "policy":
-            raise ConfigError(f"target.kind: the meta loop evolves a decision rule; use kind policy "
-                              f"(e.g. targets/meta_policy), not {run.target.kind!r}")
+            raise ConfigError(
+                f"target.kind: the meta loop evolves a decision rule; use kind policy "
+                f"(e.g. targets/meta_policy), not {run.target.kind!r}"
+            )
         if p.proposer == "llm":
             if resolved.worker_cfg is None:
                 raise ConfigError("algorithm.worker: proposer llm needs a worker (type llm) to write the rules")
             return
         if resolved.worker_cfg is not None:
-            raise ConfigError("algorithm.worker: proposer symbolic uses no worker; remove the worker block "
-                              "or set algorithm.proposer: llm")
+            raise ConfigError(
+                "algorithm.worker: proposer symbolic uses no worker; remove the worker block "
+                "or set algorithm.proposer: llm"
+            )
         rule = resolved.target_dir() / (run.target.entry or POLICY_FILE)
         if rule.is_file() and defines_policy_class(rule.read_text(errors="replace")):
-            raise ConfigError(f"algorithm.proposer: symbolic mutates the narrow priority face, and {rule.name} "
-                              f"holds a class Policy; use proposer llm")
+            raise ConfigError(
+                f"algorithm.proposer: symbolic mutates the narrow priority face, and {rule.name} "
+                f"holds a class Policy; use proposer llm"
+            )
 
     @classmethod
     def check_benchmark(cls, benchmark, params=None) -> None:
         if not isinstance(benchmark, MetaBenchmark):
-            raise ConfigError(f"benchmark {benchmark.name!r}: the meta loop needs a meta benchmark "
-                              f"(meta_landscape, meta_binpack)")
+            raise ConfigError(
+                f"benchmark {benchmark.name!r}: the meta loop needs a meta benchmark (meta_landscape, meta_binpack)"
+            )
         super().check_benchmark(benchmark, params)
 
     # ---- the loop ------------------------------------------------------------------------------
@@ -150,13 +164,26 @@ class MetaEvolve(Algorithm):
 
     def finish(self) -> Snapshot:
         sizing = self.holdout_sizing()
-        advice = "" if not sizing else (
-            f"; median paired sd {sizing['paired_sd']:.4f}: a +0.01 gain at z {self.p.z_gate:g} needs "
-            f"{sizing['holdout_for_gain']['0.01']} pairs (this gate holds {len(self.train_ids)})")
-        return self.promote(self.incumbent, f"incumbent after {self.round} rounds ({len(self.admitted)} admitted, "
-                                            f"{self.invalid_proposals} invalid proposals){advice}",
-                            reason_code="incumbent", rounds=self.round, admitted=self.admitted, invalid_proposals=self.invalid_proposals,
-                            repeats=self.repeats, rule=self.rule(self.incumbent), **sizing)
+        advice = (
+            ""
+            if not sizing
+            else (
+                f"; median paired sd {sizing['paired_sd']:.4f}: a +0.01 gain at z {self.p.z_gate:g} needs "
+                f"{sizing['holdout_for_gain']['0.01']} pairs (this gate holds {len(self.train_ids)})"
+            )
+        )
+        return self.promote(
+            self.incumbent,
+            f"incumbent after {self.round} rounds ({len(self.admitted)} admitted, "
+            f"{self.invalid_proposals} invalid proposals){advice}",
+            reason_code="incumbent",
+            rounds=self.round,
+            admitted=self.admitted,
+            invalid_proposals=self.invalid_proposals,
+            repeats=self.repeats,
+            rule=self.rule(self.incumbent),
+            **sizing,
+        )
 
     def holdout_sizing(self) -> dict:
         """The seed's first lesson, measured: how many hold-out pairs a gain needs at this run's
@@ -165,19 +192,29 @@ class MetaEvolve(Algorithm):
         if not sds:
             return {}
         sd = float(np.median(sds))
-        return {"paired_sd": sd, "holdout_for_gain": {f"{g:g}": required_holdout(sd, g, self.p.z_gate)
-                                                      for g in (0.005, 0.01, 0.02)}}
+        return {
+            "paired_sd": sd,
+            "holdout_for_gain": {f"{g:g}": required_holdout(sd, g, self.p.z_gate) for g in (0.005, 0.01, 0.02)},
+        }
 
     def measure_seed(self) -> None:
-        table, = self.ctx.evaluator.evaluate_many([Request(self.incumbent, "train", salt="gate")], label="seed")
+        (table,) = self.ctx.evaluator.evaluate_many([Request(self.incumbent, "train", salt="gate")], label="seed")
         self.incumbent_scores = self.vector(table, self.train_ids)
         self.incumbent_refs = self.refs(table)
         info = self.ctx.benchmark.describe()
-        self.decide("seed", self.incumbent.snapshot_id, None, accepted=True, reason_code="seed",
-                    reason=f"seed rule: hold-out mean {np.mean(self.incumbent_scores):.4f} over "
-                           f"{len(self.train_ids)} pairs of {info['source']} (oracle {len(self.dev_ids)} pairs, "
-                           f"budget {info['budget']}, reward {info['reward']})",
-                    mean=float(np.mean(self.incumbent_scores)), n=len(self.train_ids), **info)
+        self.decide(
+            "seed",
+            self.incumbent.snapshot_id,
+            None,
+            accepted=True,
+            reason_code="seed",
+            reason=f"seed rule: hold-out mean {np.mean(self.incumbent_scores):.4f} over "
+            f"{len(self.train_ids)} pairs of {info['source']} (oracle {len(self.dev_ids)} pairs, "
+            f"budget {info['budget']}, reward {info['reward']})",
+            mean=float(np.mean(self.incumbent_scores)),
+            n=len(self.train_ids),
+            **info,
+        )
 
     def one_round(self) -> None:
         t0 = time.monotonic()
@@ -191,32 +228,60 @@ class MetaEvolve(Algorithm):
         best = max(confirmed, key=lambda c: c.oracle.mean_gain) if confirmed else None
         if best is not None:
             if self.p.confirm:
-                second, oracle = (f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
-                                  figures(best.oracle, "oracle_"))
+                second, oracle = (
+                    f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
+                    figures(best.oracle, "oracle_"),
+                )
             else:
                 second, oracle = "not confirmed (algorithm.confirm: false)", {}
-            self.decide("admit", best.snapshot.snapshot_id, parent.snapshot_id, accepted=True,
-                        reason_code="new_incumbent", reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, "
-                               f"{second}", confirmed=self.p.confirm,
-                        round=self.round, **figures(best.gate), **oracle, rule=best.text)
+            self.decide(
+                "admit",
+                best.snapshot.snapshot_id,
+                parent.snapshot_id,
+                accepted=True,
+                reason_code="new_incumbent",
+                reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, {second}",
+                confirmed=self.p.confirm,
+                round=self.round,
+                **figures(best.gate),
+                **oracle,
+                rule=best.text,
+            )
             self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
             self.admitted.append(best.snapshot.snapshot_id)
         top = max(cands, key=lambda c: c.gate.z) if cands else None
-        decision = (f"admitted {best.snapshot.snapshot_id}" if best else
-                    "not confirmed on the oracle set" if any(c.gate.accepted for c in cands) else
-                    "nothing passed the gate")
+        decision = (
+            f"admitted {best.snapshot.snapshot_id}"
+            if best
+            else "not confirmed on the oracle set"
+            if any(c.gate.accepted for c in cands)
+            else "nothing passed the gate"
+        )
         shown = f"best {fmt_gate(top.gate)}" if top else "no candidate measured"
         elapsed = time.monotonic() - t0
-        self.decide("round", self.incumbent.snapshot_id, parent.snapshot_id, accepted=best is not None,
-                    reason_code="admitted" if best else "not_confirmed" if any(c.gate.accepted for c in cands)
-                    else "nothing_passed",
-                    reason=f"round {self.round}/{self.p.max_rounds}: {len(texts)} proposed, {len(cands)} measured, "
-                           f"{self.invalid_proposals - invalid_before} invalid, {self.repeats - repeats_before} "
-                           f"repeated; {shown}; {decision}; {elapsed:.1f}s",
-                    round=self.round, proposed=len(texts), measured=len(cands),
-                    invalid=self.invalid_proposals - invalid_before, invalid_proposals=self.invalid_proposals,
-                    repeated=self.repeats - repeats_before, admitted=best.snapshot.snapshot_id if best else None,
-                    elapsed_s=round(elapsed, 3), **figures(top.gate if top else None, "best_"))
+        self.decide(
+            "round",
+            self.incumbent.snapshot_id,
+            parent.snapshot_id,
+            accepted=best is not None,
+            reason_code="admitted"
+            if best
+            else "not_confirmed"
+            if any(c.gate.accepted for c in cands)
+            else "nothing_passed",
+            reason=f"round {self.round}/{self.p.max_rounds}: {len(texts)} proposed, {len(cands)} measured, "
+            f"{self.invalid_proposals - invalid_before} invalid, {self.repeats - repeats_before} "
+            f"repeated; {shown}; {decision}; {elapsed:.1f}s",
+            round=self.round,
+            proposed=len(texts),
+            measured=len(cands),
+            invalid=self.invalid_proposals - invalid_before,
+            invalid_proposals=self.invalid_proposals,
+            repeated=self.repeats - repeats_before,
+            admitted=best.snapshot.snapshot_id if best else None,
+            elapsed_s=round(elapsed, 3),
+            **figures(top.gate if top else None, "best_"),
+        )
 
     # ---- proposals -----------------------------------------------------------------------------
     def propose(self, source: str) -> list[str]:
@@ -247,9 +312,17 @@ class MetaEvolve(Algorithm):
         ok, reason = verdict or validate_proposal(value_kind(text, self.limits), text)
         if not ok:
             self.invalid_proposals += 1
-            self.decide("invalid", None, self.incumbent.snapshot_id, accepted=False, reason=reason[:300],
-                        reason_code="invalid_proposal",
-                        round=self.round, invalid_proposals=self.invalid_proposals, proposal=text[:4000])
+            self.decide(
+                "invalid",
+                None,
+                self.incumbent.snapshot_id,
+                accepted=False,
+                reason=reason[:300],
+                reason_code="invalid_proposal",
+                round=self.round,
+                invalid_proposals=self.invalid_proposals,
+                proposal=text[:4000],
+            )
             return None
         if text in self.seen:  # a valid rule measured before: nothing new to learn from it
             self.repeats += 1
@@ -272,14 +345,36 @@ class MetaEvolve(Algorithm):
         for c, table in zip(cands, tables[1:]):
             c.scores, c.refs = self.vector(table, self.train_ids), self.refs(table)
             c.gate = paired_gate(base, c.scores, self.p.z_gate)
-            code, verdict = (("gate_passed", "passes the gate") if c.gate.accepted else
-                             ("under_z_gate", f"positive but under {self.p.z_gate:g} SE") if c.gate.mean_gain > 0
-                             else ("no_gain", "no gain"))
-            self.decide("screen", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.gate.accepted,
-                        reason_code=code, reason=f"{fmt_gate(c.gate)}: {verdict}", round=self.round, level="gate",
-                        z_gate=self.p.z_gate, failed=self.failed(table), **figures(c.gate), rule=c.text)
-            self.history.append({"round": self.round, "snapshot_id": c.snapshot.snapshot_id, "rule": c.text,
-                                 **figures(c.gate), "accepted": c.gate.accepted})
+            code, verdict = (
+                ("gate_passed", "passes the gate")
+                if c.gate.accepted
+                else ("under_z_gate", f"positive but under {self.p.z_gate:g} SE")
+                if c.gate.mean_gain > 0
+                else ("no_gain", "no gain")
+            )
+            self.decide(
+                "screen",
+                c.snapshot.snapshot_id,
+                self.incumbent.snapshot_id,
+                accepted=c.gate.accepted,
+                reason_code=code,
+                reason=f"{fmt_gate(c.gate)}: {verdict}",
+                round=self.round,
+                level="gate",
+                z_gate=self.p.z_gate,
+                failed=self.failed(table),
+                **figures(c.gate),
+                rule=c.text,
+            )
+            self.history.append(
+                {
+                    "round": self.round,
+                    "snapshot_id": c.snapshot.snapshot_id,
+                    "rule": c.text,
+                    **figures(c.gate),
+                    "accepted": c.gate.accepted,
+                }
+            )
 
     def confirm(self, passed: list[Candidate]) -> list[Candidate]:
         """A gate pass becomes the incumbent only if the gain holds on fresh oracle instances.
@@ -292,15 +387,25 @@ class MetaEvolve(Algorithm):
             for c in passed:
                 c.oracle = c.gate
             return passed
-        reqs = [Request(self.incumbent, "dev", salt="oracle")] + [Request(c.snapshot, "dev", salt="oracle")
-                                                                  for c in passed]
+        reqs = [Request(self.incumbent, "dev", salt="oracle")] + [
+            Request(c.snapshot, "dev", salt="oracle") for c in passed
+        ]
         tables = self.ctx.evaluator.evaluate_many(reqs, label=f"round {self.round}: confirm")
         base = self.vector(tables[0], self.dev_ids)
         for c, table in zip(passed, tables[1:]):
             c.oracle = paired_gate(base, self.vector(table, self.dev_ids), self.p.z_gate)
-            self.decide("confirm", c.snapshot.snapshot_id, self.incumbent.snapshot_id, accepted=c.oracle.accepted,
-                        reason_code="confirmed" if c.oracle.accepted else "not_confirmed", reason=f"oracle {fmt_gate(c.oracle)}: {'confirmed' if c.oracle.accepted else 'not confirmed'}",
-                        round=self.round, level="oracle", z_gate=self.p.z_gate, **figures(c.oracle))
+            self.decide(
+                "confirm",
+                c.snapshot.snapshot_id,
+                self.incumbent.snapshot_id,
+                accepted=c.oracle.accepted,
+                reason_code="confirmed" if c.oracle.accepted else "not_confirmed",
+                reason=f"oracle {fmt_gate(c.oracle)}: {'confirmed' if c.oracle.accepted else 'not confirmed'}",
+                round=self.round,
+                level="oracle",
+                z_gate=self.p.z_gate,
+                **figures(c.oracle),
+            )
         outcome = {c.snapshot.snapshot_id: c.oracle.accepted for c in passed}
         for h in self.history:
             if h["snapshot_id"] in outcome:
@@ -339,10 +444,20 @@ class MetaEvolve(Algorithm):
     def reflect_prompt(self, source: str, index: int, count: int) -> str:
         budget = self.ctx.benchmark.params.budget
         every = max(1, budget // 12)
-        return render(_prompts.REFLECT,
-            budget=budget, reward=self.ctx.benchmark.params.reward, describe=value_kind(source).describe(),
-            incumbent=source.strip(), every=every, traces=self.traces_evidence(every), pairs=len(self.train_ids),
-            z_gate=self.p.z_gate, history=self.history_evidence(), index=index, count=count)
+        return render(
+            _prompts.REFLECT,
+            budget=budget,
+            reward=self.ctx.benchmark.params.reward,
+            describe=value_kind(source).describe(),
+            incumbent=source.strip(),
+            every=every,
+            traces=self.traces_evidence(every),
+            pairs=len(self.train_ids),
+            z_gate=self.p.z_gate,
+            history=self.history_evidence(),
+            index=index,
+            count=count,
+        )
 
     def traces_evidence(self, every: int) -> str:
         """Curves of the incumbent's searches, from its worst to its best hold-out pair."""
@@ -359,8 +474,10 @@ class MetaEvolve(Algorithm):
                 continue
             curve = trace.get("curve", [])[::every]
             detail = trace.get("detail", {})
-            lines.append(f"- {task_id}: meta-reward {score:.4f}; curve {curve}; tree nodes {detail.get('nodes')}, "
-                         f"max depth {detail.get('max_depth')}, rule faults {detail.get('faults')}")
+            lines.append(
+                f"- {task_id}: meta-reward {score:.4f}; curve {curve}; tree nodes {detail.get('nodes')}, "
+                f"max depth {detail.get('max_depth')}, rule faults {detail.get('faults')}"
+            )
         return self.evidence("\n".join(lines), self.p.max_evidence_chars) if lines else "(no traces readable)"
 
     def history_evidence(self) -> str:
@@ -368,8 +485,10 @@ class MetaEvolve(Algorithm):
         for h in reversed(self.history):
             se = "?" if h["se"] is None else f"{h['se']:.4f}"
             oracle = "" if "confirmed" not in h else ", confirmed" if h["confirmed"] else ", not confirmed"
-            line = (f"- round {h['round']}: gain {h['gain']:+.4f} ± {se}, "
-                    f"{'accepted' if h['accepted'] else 'rejected'}{oracle}\n```python\n{h['rule'].strip()}\n```")
+            line = (
+                f"- round {h['round']}: gain {h['gain']:+.4f} ± {se}, "
+                f"{'accepted' if h['accepted'] else 'rejected'}{oracle}\n```python\n{h['rule'].strip()}\n```"
+            )
             if used + len(line) > self.p.max_evidence_chars:
                 out.append(f"[... {len(self.history) - len(out)} older candidates cut ...]")
                 break
@@ -385,10 +504,17 @@ class MetaEvolve(Algorithm):
 
     # ---- resume --------------------------------------------------------------------------------
     def extra_state(self) -> dict:
-        return {"round": self.round, "incumbent": self.incumbent.snapshot_id, "incumbent_refs": self.incumbent_refs,
-                "incumbent_scores": self.incumbent_scores, "invalid_proposals": self.invalid_proposals,
-                "repeats": self.repeats, "admitted": self.admitted, "seen": sorted(self.seen),
-                "history": self.history}
+        return {
+            "round": self.round,
+            "incumbent": self.incumbent.snapshot_id,
+            "incumbent_refs": self.incumbent_refs,
+            "incumbent_scores": self.incumbent_scores,
+            "invalid_proposals": self.invalid_proposals,
+            "repeats": self.repeats,
+            "admitted": self.admitted,
+            "seen": sorted(self.seen),
+            "history": self.history,
+        }
 
     def restore(self, state: dict) -> None:
         self.round = state["round"]

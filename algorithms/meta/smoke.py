@@ -50,8 +50,13 @@ def _smoke_node_selection(obj: Any) -> None:
         tree.expand(node, value)
 
 
-MEMBERS = (Member("a", 0.5, 0.1), Member("b", 0.7, 0.3), Member("c", 0.9, 0.5, confirmed=False),
-           Member("d", 0.2, 0.9, selectable=False), Member("e", 0.7, 0.3))
+MEMBERS = (
+    Member("a", 0.5, 0.1),
+    Member("b", 0.7, 0.3),
+    Member("c", 0.9, 0.5, confirmed=False),
+    Member("d", 0.2, 0.9, selectable=False),
+    Member("e", 0.7, 0.3),
+)
 
 
 def _smoke_parent_selection(obj: Any) -> None:
@@ -76,16 +81,25 @@ def _smoke_screen_sampling(obj: Any) -> None:
 
 
 def _smoke_acceptance(obj: Any) -> None:
-    cases = (GateFigures(1.0, 0.0), GateFigures(-1.0, 0.0), GateFigures(1.0, 0.5), GateFigures(1.0, 0.0, 0.0, ("t1",)),
-             GateFigures(0.0, 0.0))
+    cases = (
+        GateFigures(1.0, 0.0),
+        GateFigures(-1.0, 0.0),
+        GateFigures(1.0, 0.5),
+        GateFigures(1.0, 0.0, 0.0, ("t1",)),
+        GateFigures(0.0, 0.0),
+    )
     for figures in cases:
         verdict = obj.accept(figures)
         if not isinstance(verdict, bool):
             _fail("acceptance", f"accept returned {verdict!r}; want True or False")
 
 
-ENTRIES = (Entry("a", frozenset({"t1", "t2"}), 0.4), Entry("b", frozenset({"t2", "t3"}), 0.5),
-           Entry("c", frozenset({"t1"}), 0.2), Entry("d", frozenset({"t4"}), 0.1))
+ENTRIES = (
+    Entry("a", frozenset({"t1", "t2"}), 0.4),
+    Entry("b", frozenset({"t2", "t3"}), 0.5),
+    Entry("c", frozenset({"t1"}), 0.2),
+    Entry("d", frozenset({"t4"}), 0.1),
+)
 
 
 def _smoke_merge_pairing(obj: Any) -> None:

@@ -84,9 +84,15 @@ def meta_validate(before: Mapping[str, Mapping], after: Mapping[str, Mapping]) -
         keys = sorted(old)
         a, b = np.array([old[k] for k in keys], dtype=float), np.array([new[k] for k in keys], dtype=float)
         d = b - a
-        report[family] = FamilyReport(float(a.mean()), float(b.mean()), float(d.mean()),
-                                      float(d.std(ddof=1)) if len(d) > 1 else 0.0,
-                                      int((d > TOLERANCE).sum()), int((d < -TOLERANCE).sum()), len(d))
+        report[family] = FamilyReport(
+            float(a.mean()),
+            float(b.mean()),
+            float(d.mean()),
+            float(d.std(ddof=1)) if len(d) > 1 else 0.0,
+            int((d > TOLERANCE).sum()),
+            int((d < -TOLERANCE).sum()),
+            len(d),
+        )
     return report
 
 

@@ -90,8 +90,10 @@ class PolicyTarget(Target):
         from rsi.sandbox import check_backend
 
         if not isinstance(self.benchmark, MetaBenchmark):
-            raise ConfigError(f"target kind policy runs inner searches; benchmark {self.benchmark.name!r} is not a "
-                              f"meta benchmark (meta_landscape, meta_binpack)")
+            raise ConfigError(
+                f"target kind policy runs inner searches; benchmark {self.benchmark.name!r} is not a "
+                f"meta benchmark (meta_landscape, meta_binpack)"
+            )
         entry = self.entry()
         if entry not in snapshot.files:
             raise ConfigError(f"target: the rule file {entry!r} is not in the target directory")
@@ -119,13 +121,20 @@ class PolicyTarget(Target):
 
         def start(spec: dict):
             instance, seed = int(spec["instance"]), int(spec["seed"])
-            return lambda: InnerSearch(self.benchmark.domain(spec["domain"]).problem(instance), budget,
-                                       mix(instance, seed))
+            return lambda: InnerSearch(
+                self.benchmark.domain(spec["domain"]).problem(instance), budget, mix(instance, seed)
+            )
 
         face = face_of(source)
         selection = "PrioritySelection" if face == PRIORITY_FACE else "Policy"
-        ended = run_searches(source, face, [start(task.input) for task, _, _ in rollouts], selection,
-                             self.limits(), self.benchmark.harness_mounts() or None)
+        ended = run_searches(
+            source,
+            face,
+            [start(task.input) for task, _, _ in rollouts],
+            selection,
+            self.limits(),
+            self.benchmark.harness_mounts() or None,
+        )
         reward = self.benchmark.reward()
         return [self._result(e, reward) for e in ended]
 

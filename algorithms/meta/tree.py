@@ -70,8 +70,9 @@ class Tree:
         self.policy = policy
         self.nodes: list[Node] = []
 
-    def add_root(self, value: float, held_out: float | None = None, prior: float | None = None,
-                 payload: Any = None, key: int = 0) -> Node:
+    def add_root(
+        self, value: float, held_out: float | None = None, prior: float | None = None, payload: Any = None, key: int = 0
+    ) -> Node:
         if self.nodes:
             raise ValueError("the tree already has a root")
         value = _orderable(value)
@@ -100,12 +101,23 @@ class Tree:
             cursor.visits += 1
             cursor = cursor.parent
 
-    def expand(self, parent: Node, value: float, held_out: float | None = None,
-               prior: float | None = None, payload: Any = None) -> Node:
+    def expand(
+        self, parent: Node, value: float, held_out: float | None = None, prior: float | None = None, payload: Any = None
+    ) -> Node:
         """Append the child of an expansion and back-propagate its value up the chain."""
         key, value = self.child_key(parent), _orderable(value)
-        child = Node(len(self.nodes), parent, value, value if held_out is None else held_out, prior,
-                     parent.depth + 1, 1, key, payload, best=value)
+        child = Node(
+            len(self.nodes),
+            parent,
+            value,
+            value if held_out is None else held_out,
+            prior,
+            parent.depth + 1,
+            1,
+            key,
+            payload,
+            best=value,
+        )
         parent.children.append(child)
         self.nodes.append(child)
         cursor = parent
@@ -175,8 +187,7 @@ class FlatPuct:
         ranks = rank_scores(nodes)
         priors = normalised_priors(nodes, self.prior_exponent)
         total = tree.total_visits()
-        scores = [ranks[i] + self.c_puct * priors[i] * math.sqrt(total) / (1 + n.visits)
-                  for i, n in enumerate(nodes)]
+        scores = [ranks[i] + self.c_puct * priors[i] * math.sqrt(total) / (1 + n.visits) for i, n in enumerate(nodes)]
         return _argmax_first(nodes, scores)
 
 
@@ -213,6 +224,8 @@ class PrioritySelection:
         ranks = rank_scores(nodes)
         priors = normalised_priors(nodes)
         total, n = float(tree.total_visits()), float(len(nodes))
-        scores = [self._score(ranks[i], float(node.visits), total, priors[i], float(node.depth), n)
-                  for i, node in enumerate(nodes)]
+        scores = [
+            self._score(ranks[i], float(node.visits), total, priors[i], float(node.depth), n)
+            for i, node in enumerate(nodes)
+        ]
         return _argmax_first(nodes, scores)

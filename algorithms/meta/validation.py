@@ -28,8 +28,9 @@ from rsi.results import Request
 
 def c_rule(c: float) -> str:
     """The seed rule with its exploration constant set to ``c`` (``c_rule(1.0)`` is the seed)."""
-    return (PRIORITY_SEED.replace("1.0 * (1.0 / n_nodes)", f"{float(c)!r} * (1.0 / n_nodes)")
-            .replace("c = 1 and", f"c = {c:g} and"))
+    return PRIORITY_SEED.replace("1.0 * (1.0 / n_nodes)", f"{float(c)!r} * (1.0 / n_nodes)").replace(
+        "c = 1 and", f"c = {c:g} and"
+    )
 
 
 def by_family(table, tasks: dict) -> dict[str, dict[tuple, float]]:
@@ -53,6 +54,7 @@ def placement(point: tuple[float, float], sweep: dict[str, tuple[float, float]])
     neighbouring constants. ``on``: neither (point estimates; the SEs are in the table).
     ``tied``: every rule scores alike, so the domain does not separate rules at this budget.
     """
+
     def dominates(a, b):
         return a[0] >= b[0] and a[1] >= b[1] and (a[0] > b[0] or a[1] > b[1])
 
@@ -81,8 +83,9 @@ def validation_report(algo, promoted, test_table) -> dict:
     seed = ctx.seed_snapshot
     rules = {"seed": seed, **{f"c={c:g}": algo.rule_snapshot(c_rule(c)) for c in params.c_sweep}}
     unique = {s.snapshot_id: s for s in rules.values() if s.snapshot_id != promoted.snapshot_id}
-    tables = ctx.evaluator.evaluate_many([Request(s, "test", salt="validation") for s in unique.values()],
-                                         label="validation")
+    tables = ctx.evaluator.evaluate_many(
+        [Request(s, "test", salt="validation") for s in unique.values()], label="validation"
+    )
     scores = {sid: by_family(t, tasks) for sid, t in zip(unique, tables)}
     scores[promoted.snapshot_id] = by_family(test_table, tasks)
     before = scores[seed.snapshot_id]
@@ -98,22 +101,41 @@ def validation_report(algo, promoted, test_table) -> dict:
         "families": {"source": src, "target": tgt},
         "validation": {f: {**vars(r), "se": _se(r)} for f, r in report.items()},
         "transfer_ratio": ratio,
-        "c_sweep": [{"rule": name, "source_gain": r[src].gain, "source_se": _se(r[src]), "target_gain": r[tgt].gain,
-                     "target_se": _se(r[tgt]), "source_mean": r[src].after, "target_mean": r[tgt].after}
-                    for name, r in sweep.items()],
-        "evolved": {"snapshot_id": promoted.snapshot_id, "source_gain": report[src].gain,
-                    "target_gain": report[tgt].gain, "rule": algo.rule(promoted)},
+        "c_sweep": [
+            {
+                "rule": name,
+                "source_gain": r[src].gain,
+                "source_se": _se(r[src]),
+                "target_gain": r[tgt].gain,
+                "target_se": _se(r[tgt]),
+                "source_mean": r[src].after,
+                "target_mean": r[tgt].after,
+            }
+            for name, r in sweep.items()
+        ],
+        "evolved": {
+            "snapshot_id": promoted.snapshot_id,
+            "source_gain": report[src].gain,
+            "target_gain": report[tgt].gain,
+            "rule": algo.rule(promoted),
+        },
         "placement": place,
         "benchmark": bench.describe(),
     }
     body["plot"] = plot(ctx.records, body) if params.plot else None
     ctx.records.write_json("meta_report.json", body)
-    algo.decide("validate", promoted.snapshot_id, seed.snapshot_id, step=algo.step + 2,  # after the test decision
-                reason_code="validated",
-                reason=f"{src} gain {report[src].gain:+.4f}, {tgt} gain {report[tgt].gain:+.4f}, "
-                       f"transfer {_ratio_text(ratio)}; {place['verdict']} the c-sweep's Pareto front",
-                transfer_ratio=ratio, placement=place,
-                validation={f: vars(r) for f, r in report.items()})
+    algo.decide(
+        "validate",
+        promoted.snapshot_id,
+        seed.snapshot_id,
+        step=algo.step + 2,  # after the test decision
+        reason_code="validated",
+        reason=f"{src} gain {report[src].gain:+.4f}, {tgt} gain {report[tgt].gain:+.4f}, "
+        f"transfer {_ratio_text(ratio)}; {place['verdict']} the c-sweep's Pareto front",
+        transfer_ratio=ratio,
+        placement=place,
+        validation={f: vars(r) for f, r in report.items()},
+    )
     return {"tables": tables_of(body, report)}
 
 
@@ -135,31 +157,64 @@ def reading(ratio: float | None, source_gain: float) -> str:
 
 def tables_of(body: dict, report: dict) -> list[dict]:
     src, tgt = body["families"]["source"], body["families"]["target"]
-    rows = [{"family": f, "role": "source" if f == src else "target", "pairs": r.n, "before": r.before,
-             "after": r.after, "gain": r.gain, "sd": r.sd, "se": _se(r), "wins": r.wins, "losses": r.losses}
-            for f, r in sorted(report.items(), key=lambda kv: kv[0] != src)]
+    rows = [
+        {
+            "family": f,
+            "role": "source" if f == src else "target",
+            "pairs": r.n,
+            "before": r.before,
+            "after": r.after,
+            "gain": r.gain,
+            "sd": r.sd,
+            "se": _se(r),
+            "wins": r.wins,
+            "losses": r.losses,
+        }
+        for f, r in sorted(report.items(), key=lambda kv: kv[0] != src)
+    ]
     ratio = body["transfer_ratio"]
-    sweep_rows = [{"rule": s["rule"], f"{src} gain": s["source_gain"], f"{src} se": s["source_se"],
-                   f"{tgt} gain": s["target_gain"], f"{tgt} se": s["target_se"]} for s in body["c_sweep"]]
+    sweep_rows = [
+        {
+            "rule": s["rule"],
+            f"{src} gain": s["source_gain"],
+            f"{src} se": s["source_se"],
+            f"{tgt} gain": s["target_gain"],
+            f"{tgt} se": s["target_se"],
+        }
+        for s in body["c_sweep"]
+    ]
     ev = body["validation"]
-    sweep_rows.append({"rule": "evolved", f"{src} gain": ev[src]["gain"], f"{src} se": ev[src]["se"],
-                       f"{tgt} gain": ev[tgt]["gain"], f"{tgt} se": ev[tgt]["se"]})
+    sweep_rows.append(
+        {
+            "rule": "evolved",
+            f"{src} gain": ev[src]["gain"],
+            f"{src} se": ev[src]["se"],
+            f"{tgt} gain": ev[tgt]["gain"],
+            f"{tgt} se": ev[tgt]["se"],
+        }
+    )
     place = body["placement"]
-    where = {"behind": f"behind the front (dominated by {', '.join(place['dominated_by'])})",
-             "beyond": f"beyond the front ({', '.join(place['front'])}): no blend of swept constants reaches it",
-             "on": "on the front: no swept rule is at least as good on both families, none is beaten by "
-                   "more than a blend of neighbours",
-             "tied": "tied with every swept rule: on these instances the inner search does not separate "
-                     "selection rules (raise the inner budget or the instance size)"}[place["verdict"]]
+    where = {
+        "behind": f"behind the front (dominated by {', '.join(place['dominated_by'])})",
+        "beyond": f"beyond the front ({', '.join(place['front'])}): no blend of swept constants reaches it",
+        "on": "on the front: no swept rule is at least as good on both families, none is beaten by "
+        "more than a blend of neighbours",
+        "tied": "tied with every swept rule: on these instances the inner search does not separate "
+        "selection rules (raise the inner budget or the instance size)",
+    }[place["verdict"]]
     plot_note = f"; plot: {body['plot']}" if body["plot"] else ""
     return [
-        {"title": "validation: seed rule -> promoted rule on unseen instances (paired by instance and seed)",
-         "rows": rows,
-         "note": f"transfer ratio ({tgt} gain / {src} gain): {_ratio_text(ratio)} — "
-                 f"{reading(ratio, ev[src]['gain'])}"},
-        {"title": "ceiling: flat PUCT constant c on the same instances (gain over the seed rule)",
-         "rows": sweep_rows,
-         "note": f"evolved rule: {where}; figures in meta_report.json{plot_note}"},
+        {
+            "title": "validation: seed rule -> promoted rule on unseen instances (paired by instance and seed)",
+            "rows": rows,
+            "note": f"transfer ratio ({tgt} gain / {src} gain): {_ratio_text(ratio)} — "
+            f"{reading(ratio, ev[src]['gain'])}",
+        },
+        {
+            "title": "ceiling: flat PUCT constant c on the same instances (gain over the seed rule)",
+            "rows": sweep_rows,
+            "note": f"evolved rule: {where}; figures in meta_report.json{plot_note}",
+        },
     ]
 
 
@@ -178,13 +233,27 @@ def plot(records, body: dict) -> str | None:
     fig, ax = plt.subplots(figsize=(6, 4.5))
     ax.axhline(0, color="0.8", lw=0.8)
     ax.axvline(0, color="0.8", lw=0.8)
-    ax.plot([s["source_gain"] for s in sweep], [s["target_gain"] for s in sweep], "o-", color="tab:blue",
-            label="flat PUCT, c swept")
+    ax.plot(
+        [s["source_gain"] for s in sweep],
+        [s["target_gain"] for s in sweep],
+        "o-",
+        color="tab:blue",
+        label="flat PUCT, c swept",
+    )
     for s in sweep:
-        ax.annotate(s["rule"], (s["source_gain"], s["target_gain"]), textcoords="offset points", xytext=(4, 4),
-                    fontsize=8)
-    ax.errorbar([ev[src]["gain"]], [ev[tgt]["gain"]], xerr=[_nan0(ev[src]["se"])], yerr=[_nan0(ev[tgt]["se"])],
-                fmt="*", ms=12, color="tab:red", label="evolved rule (± SE)")
+        ax.annotate(
+            s["rule"], (s["source_gain"], s["target_gain"]), textcoords="offset points", xytext=(4, 4), fontsize=8
+        )
+    ax.errorbar(
+        [ev[src]["gain"]],
+        [ev[tgt]["gain"]],
+        xerr=[_nan0(ev[src]["se"])],
+        yerr=[_nan0(ev[tgt]["se"])],
+        fmt="*",
+        ms=12,
+        color="tab:red",
+        label="evolved rule (± SE)",
+    )
     ax.plot([0], [0], "s", color="0.3", label="seed rule (c = 1)")
     ax.set_xlabel(f"gain over the seed rule on {src} (source)")
     ax.set_ylabel(f"gain over the seed rule on {tgt} (target)")

@@ -23,8 +23,15 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from algorithms.meta.gate import (FACE_ARGS, PRIORITY_FACE, PRIORITY_SEED, InvalidProposal, build_policy,
-                                  build_priority, policy_face)
+from algorithms.meta.gate import (
+    FACE_ARGS,
+    PRIORITY_FACE,
+    PRIORITY_SEED,
+    InvalidProposal,
+    build_policy,
+    build_priority,
+    policy_face,
+)
 from algorithms.meta.smoke import seed_source
 from algorithms.slots import slot as slot_spec
 

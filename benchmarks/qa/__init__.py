@@ -45,7 +45,9 @@ def f1(prediction: str, gold: str) -> float:
 
 
 class QAParams(BenchmarkParams):
-    data: str | None = Field(None, description="folder with corpus.json and questions.json (default: the shipped fixture)")
+    data: str | None = Field(
+        None, description="folder with corpus.json and questions.json (default: the shipped fixture)"
+    )
 
 
 class QA(Benchmark):
@@ -64,9 +66,15 @@ class QA(Benchmark):
 
     def _split(self, split: str) -> list[Task]:
         corpus, questions = self._data
-        return [Task(q["id"], {"question": q["question"], "corpus": corpus},
-                     {"dataset": "qa", "answers": list(q["answers"]), "doc": q.get("doc")})
-                for q in questions if q["split"] == split]
+        return [
+            Task(
+                q["id"],
+                {"question": q["question"], "corpus": corpus},
+                {"dataset": "qa", "answers": list(q["answers"]), "doc": q.get("doc")},
+            )
+            for q in questions
+            if q["split"] == split
+        ]
 
     def score(self, task: Task, output: dict, trial: int) -> Score:
         answer = output.get("answer") if isinstance(output, dict) else None

@@ -52,8 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     rs = sub.add_parser("resume", help="continue a run that was stopped or killed")
     rs.add_argument("run_dir")
-    rs.add_argument("--allow-changed", action="store_true",
-                    help="resume although the benchmark, harness or target limits changed (re-executes their rollouts)")
+    rs.add_argument(
+        "--allow-changed",
+        action="store_true",
+        help="resume although the benchmark, harness or target limits changed (re-executes their rollouts)",
+    )
     rs.set_defaults(func=cmd_resume)
 
     n = sub.add_parser("new", help="scaffold a runnable problem directory (problem.py, seed/, config.yaml)")
@@ -72,22 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("show", help="summary and decisions of a run")
     s.add_argument("run_dir")
     sv = s.add_mutually_exclusive_group()
-    sv.add_argument("--diff", metavar="SNAPSHOT", help="the unified diff of a snapshot (id or unique prefix) "
-                                                       "against its parent")
+    sv.add_argument(
+        "--diff", metavar="SNAPSHOT", help="the unified diff of a snapshot (id or unique prefix) against its parent"
+    )
     sv.add_argument("--lineage", action="store_true", help="the lineage of every candidate as a text tree")
     s.set_defaults(func=cmd_show)
 
     rp = sub.add_parser("report", help="one self-contained HTML report of a run (figures also as PNGs beside it)")
     rp.add_argument("run_dir")
     rp.add_argument("--out", default="report.html", help="the HTML file to write (default report.html)")
-    rp.add_argument("--tensorboard", metavar="DIR", help="also write the decisions' figures as TensorBoard "
-                                                         "scalars under DIR/<run name>/")
+    rp.add_argument(
+        "--tensorboard",
+        metavar="DIR",
+        help="also write the decisions' figures as TensorBoard scalars under DIR/<run name>/",
+    )
     rp.set_defaults(func=cmd_report)
 
     ls = sub.add_parser("ls", help="list the runs in a storage directory")
     ls.add_argument("storage", nargs="?", default="runs", help="local path or pyarrow.fs URI (default ./runs)")
-    ls.add_argument("--active-s", type=float, default=600.0,
-                    help="an unfinished run written to within this many seconds is listed as running (default 600)")
+    ls.add_argument(
+        "--active-s",
+        type=float,
+        default=600.0,
+        help="an unfinished run written to within this many seconds is listed as running (default 600)",
+    )
     ls.add_argument("--json", action="store_true", help="the rows as JSON")
     ls.set_defaults(func=cmd_ls)
 
@@ -107,8 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     sb = sub.add_parser("submit", help="submit a run as a Ray job to a cluster")
     sb.add_argument("config", nargs="?", help="the run's config (omit with --resume)")
     sb.add_argument("--resume", metavar="RUN_DIR", help="submit `rsi resume RUN_DIR` instead of a new run")
-    sb.add_argument("--working-dir", help="with --resume: the directory the run's config paths resolve against "
-                                          "(default: the current directory)")
+    sb.add_argument(
+        "--working-dir",
+        help="with --resume: the directory the run's config paths resolve against (default: the current directory)",
+    )
     sb.add_argument("--address", required=True, help="the cluster's job server, e.g. http://HEAD:8265")
     sb.add_argument("--run-dir")
     sb.add_argument("--allow-changed", action="store_true", help="with --resume: as `rsi resume --allow-changed`")
@@ -147,8 +160,10 @@ def cmd_validate(args, extra) -> int:
 
     prepared = prepare(load_config(args.config, _overrides(extra)))
     cfg = prepared.config
-    print(f"{args.config}: ok — algorithm {cfg.algo_params.name}, benchmark {cfg.bench_params.name}, "
-          f"target {cfg.run.target.path} ({len(prepared.seed.files)} files, snapshot {prepared.seed.snapshot_id})")
+    print(
+        f"{args.config}: ok — algorithm {cfg.algo_params.name}, benchmark {cfg.bench_params.name}, "
+        f"target {cfg.run.target.path} ({len(prepared.seed.files)} files, snapshot {prepared.seed.snapshot_id})"
+    )
     return 0
 
 
@@ -211,7 +226,9 @@ def cmd_report(args, extra) -> int:
     from rsi.reporting.html import build_report
 
     result = build_report(args.run_dir, args.out)
-    print(f"report: {result['html']} ({result['status']} run; figures: {', '.join(result['figures'].values()) or 'none'})")
+    print(
+        f"report: {result['html']} ({result['status']} run; figures: {', '.join(result['figures'].values()) or 'none'})"
+    )
     for note in result["notes"]:
         print(f"note: {note}", file=sys.stderr)
     if args.tensorboard:
@@ -267,10 +284,13 @@ def cmd_submit(args, extra) -> int:
 
     if args.resume:
         if args.config or args.run_dir or extra:
-            raise ConfigError("rsi submit --resume RUN_DIR takes no config, --run-dir or overrides: the run's own "
-                              "config is resumed as it was")
-        return submit_resume(args.resume, args.address, args.working_dir, wait=not args.no_wait,
-                             allow_changed=args.allow_changed)
+            raise ConfigError(
+                "rsi submit --resume RUN_DIR takes no config, --run-dir or overrides: the run's own "
+                "config is resumed as it was"
+            )
+        return submit_resume(
+            args.resume, args.address, args.working_dir, wait=not args.no_wait, allow_changed=args.allow_changed
+        )
     if not args.config:
         raise ConfigError("rsi submit: give a config, or --resume RUN_DIR")
     if args.allow_changed:

@@ -42,12 +42,15 @@ def check_unchanged(records: RunRecords, prepared, allow_changed: bool = False) 
     if before is None or before == now:  # a run from before fingerprints: its rows are re-executed
         return
     if not allow_changed:
-        raise ConfigError(f"{records.uri}: the problem or benchmark, its harness or the target's limits changed since "
-                          f"this run started (fingerprint {before} -> {now}); pass --allow-changed to re-execute its "
-                          "rollouts")
+        raise ConfigError(
+            f"{records.uri}: the problem or benchmark, its harness or the target's limits changed since "
+            f"this run started (fingerprint {before} -> {now}); pass --allow-changed to re-execute its "
+            "rollouts"
+        )
     log(f"resume: target fingerprint changed ({before} -> {now}); stored rollouts of the old one run again")
-    records.write_json("run.json", {**meta, "fingerprint": now,
-                                    "fingerprint_history": [*meta.get("fingerprint_history", []), before]})
+    records.write_json(
+        "run.json", {**meta, "fingerprint": now, "fingerprint_history": [*meta.get("fingerprint_history", []), before]}
+    )
 
 
 def resume_run(run_dir: str, allow_changed: bool = False) -> dict:

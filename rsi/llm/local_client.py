@@ -16,9 +16,11 @@ class LocalClient(OpenAIClient):
         self._server = None
         if not cfg.base_url:  # no running server named: start one for this client
             self._server = LocalModelServer(resolve_model(cfg.model, base_dir)).start()
-        update = {"base_url": cfg.base_url or self._server.base_url,
-                  "max_tokens": min(cfg.max_tokens, MAX_TOKENS_CAP),
-                  "temperature": 0.0 if cfg.temperature is None else cfg.temperature}
+        update = {
+            "base_url": cfg.base_url or self._server.base_url,
+            "max_tokens": min(cfg.max_tokens, MAX_TOKENS_CAP),
+            "temperature": 0.0 if cfg.temperature is None else cfg.temperature,
+        }
         super().__init__(cfg.model_copy(update=update), seed, base_dir, extra_body={"repeat_penalty": REPEAT_PENALTY})
 
     def close(self) -> None:

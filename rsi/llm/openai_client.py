@@ -11,9 +11,17 @@ from rsi.workers.base import Usage
 
 
 def openai_tools(tools: list[dict]) -> list[dict]:
-    return [{"type": "function", "function": {"name": t["name"], "description": t.get("description", ""),
-                                              "parameters": t.get("parameters", {"type": "object", "properties": {}})}}
-            for t in tools]
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t["name"],
+                "description": t.get("description", ""),
+                "parameters": t.get("parameters", {"type": "object", "properties": {}}),
+            },
+        }
+        for t in tools
+    ]
 
 
 def scrub(text: str, secret: str) -> str:
@@ -41,8 +49,9 @@ def classify(exc: Exception, provider: str, secret: str) -> Exception:
 
 
 class OpenAIClient(ChatClient):
-    def __init__(self, cfg: LLMConfig, seed: int | None = None, base_dir: Path | None = None,
-                 extra_body: dict | None = None):
+    def __init__(
+        self, cfg: LLMConfig, seed: int | None = None, base_dir: Path | None = None, extra_body: dict | None = None
+    ):
         super().__init__(cfg, seed, base_dir)
         import openai
 
@@ -80,8 +89,11 @@ class OpenAIClient(ChatClient):
             raise Retryable("reply had no choices")
         choice = resp.choices[0]
         msg = choice.message
-        calls = [parse_arguments(c.id, c.function.name, c.function.arguments) for c in (msg.tool_calls or [])
-                 if getattr(c, "function", None) is not None]
+        calls = [
+            parse_arguments(c.id, c.function.name, c.function.arguments)
+            for c in (msg.tool_calls or [])
+            if getattr(c, "function", None) is not None
+        ]
         usage = Usage(1, getattr(resp.usage, "prompt_tokens", 0) or 0, getattr(resp.usage, "completion_tokens", 0) or 0)
         return ChatResult(msg.content or "", calls, usage, choice.finish_reason or "stop")
 

@@ -165,7 +165,7 @@ class RunView:
 
     @property
     def algorithm(self) -> str:
-        return ((self.summary or {}).get("algorithm") or (self.config.get("algorithm") or {}).get("name") or "?")
+        return (self.summary or {}).get("algorithm") or (self.config.get("algorithm") or {}).get("name") or "?"
 
     @property
     def benchmark(self) -> str:
@@ -267,9 +267,18 @@ class RunView:
 
     @cached_property
     def declined(self) -> list[Declined]:
-        return [Declined(int(d.get("step") or 0), str(d.get("kind")), d.get("parent_id"),
-                         str(d.get("reason") or ""), d.get("snapshot_id"), str(d.get("detail") or ""))
-                for d in self.decisions if d.get("kind") in DECLINED]
+        return [
+            Declined(
+                int(d.get("step") or 0),
+                str(d.get("kind")),
+                d.get("parent_id"),
+                str(d.get("reason") or ""),
+                d.get("snapshot_id"),
+                str(d.get("detail") or ""),
+            )
+            for d in self.decisions
+            if d.get("kind") in DECLINED
+        ]
 
     def _manifest_parent(self, sid: str) -> str | None:
         try:
@@ -317,14 +326,21 @@ class RunView:
         driver_s = None if elapsed is None else max(0.0, elapsed - rollout_s - (model_s or 0.0))
         executed = (self.summary or {}).get("rollouts", {})
         return {
-            "elapsed_s": elapsed, "elapsed_from": elapsed_from,
-            "rollout_s": rollout_s, "rollouts_stored": rows.num_rows,
-            "rollouts_executed": executed.get("executed"), "cache_hits": executed.get("cache_hits"),
+            "elapsed_s": elapsed,
+            "elapsed_from": elapsed_from,
+            "rollout_s": rollout_s,
+            "rollouts_stored": rows.num_rows,
+            "rollouts_executed": executed.get("executed"),
+            "cache_hits": executed.get("cache_hits"),
             "rollout_cost_usd": float(sum(col("cost_usd"))),
-            "rollout_tokens_in": int(sum(col("tokens_in"))), "rollout_tokens_out": int(sum(col("tokens_out"))),
-            "model_calls": usage.get("calls"), "model_tokens_in": usage.get("tokens_in"),
-            "model_tokens_out": usage.get("tokens_out"), "model_cost_usd": usage.get("cost_usd"),
-            "model_s": model_s, "driver_s": driver_s,
+            "rollout_tokens_in": int(sum(col("tokens_in"))),
+            "rollout_tokens_out": int(sum(col("tokens_out"))),
+            "model_calls": usage.get("calls"),
+            "model_tokens_in": usage.get("tokens_in"),
+            "model_tokens_out": usage.get("tokens_out"),
+            "model_cost_usd": usage.get("cost_usd"),
+            "model_s": model_s,
+            "driver_s": driver_s,
         }
 
 

@@ -8,8 +8,15 @@ import math
 
 from rsi.reporting.data import Candidate, RunView, short
 
-COLORS = {"seed": "#1f77b4", "admitted": "#2ca02c", "rejected": "#d62728", "measured": "#7f7f7f",
-          "declined": "#b0b0b0", "promoted": "#ff9f1c", "donor": "#6a3d9a"}
+COLORS = {
+    "seed": "#1f77b4",
+    "admitted": "#2ca02c",
+    "rejected": "#d62728",
+    "measured": "#7f7f7f",
+    "declined": "#b0b0b0",
+    "promoted": "#ff9f1c",
+    "donor": "#6a3d9a",
+}
 
 
 def _plt():
@@ -45,11 +52,24 @@ def score_over_steps(view: RunView) -> bytes | None:
     rej = [c for c in cands if not c.admitted]
     adm = [c for c in cands if c.admitted]
     if rej:
-        ax.scatter([c.step for c in rej], [c.score for c in rej], s=36, facecolors="none",
-                   edgecolors=COLORS["rejected"], label="rejected / not admitted", zorder=3)
+        ax.scatter(
+            [c.step for c in rej],
+            [c.score for c in rej],
+            s=36,
+            facecolors="none",
+            edgecolors=COLORS["rejected"],
+            label="rejected / not admitted",
+            zorder=3,
+        )
     if adm:
-        ax.scatter([c.step for c in adm], [c.score for c in adm], s=48, color=COLORS["admitted"],
-                   label="admitted (seed included)", zorder=4)
+        ax.scatter(
+            [c.step for c in adm],
+            [c.score for c in adm],
+            s=48,
+            color=COLORS["admitted"],
+            label="admitted (seed included)",
+            zorder=4,
+        )
         xs, ys, best = [], [], -math.inf
         for c in sorted(adm, key=lambda c: c.step):
             best = max(best, c.score)
@@ -60,12 +80,27 @@ def score_over_steps(view: RunView) -> bytes | None:
         ax.step(xs, ys, where="post", color=COLORS["admitted"], alpha=0.5, lw=1.5, label="best admitted so far")
     prom = [c for c in cands if c.promoted]
     if prom:
-        ax.scatter([c.step for c in prom], [c.score for c in prom], marker="*", s=320, color=COLORS["promoted"],
-                   edgecolors="black", linewidths=0.6, label="promoted", zorder=5)
+        ax.scatter(
+            [c.step for c in prom],
+            [c.score for c in prom],
+            marker="*",
+            s=320,
+            color=COLORS["promoted"],
+            edgecolors="black",
+            linewidths=0.6,
+            label="promoted",
+            zorder=5,
+        )
     if len(cands) <= 40:
         for c in cands:
-            ax.annotate(short(c.snapshot_id, 6), (c.step, c.score), textcoords="offset points", xytext=(5, 4),
-                        fontsize=7, color="0.35")
+            ax.annotate(
+                short(c.snapshot_id, 6),
+                (c.step, c.score),
+                textcoords="offset points",
+                xytext=(5, 4),
+                fontsize=7,
+                color="0.35",
+            )
     ax.xaxis.set_major_locator(_int_ticks())
     ax.set_xlabel("step")
     ax.set_ylabel(f"{view.split} mean (avg@k per task, then mean)")
@@ -109,34 +144,70 @@ def lineage(view: RunView) -> bytes | None:
         declined = not isinstance(n, Candidate)
         if parent is not None:
             px, py = pos[id(parent)]
-            ax.plot([px, px, x], [py, y, y], color=COLORS["declined"] if declined else "0.3",
-                    ls=":" if declined else "-", lw=1.0, zorder=1)
+            ax.plot(
+                [px, px, x],
+                [py, y, y],
+                color=COLORS["declined"] if declined else "0.3",
+                ls=":" if declined else "-",
+                lw=1.0,
+                zorder=1,
+            )
         if not declined and n.donor_id in known:
             dx, dy = pos[id(known[n.donor_id])]
-            ax.annotate("", (x, y), (dx, dy), arrowprops={"arrowstyle": "->", "ls": "--", "color": COLORS["donor"],
-                                                          "connectionstyle": "arc3,rad=0.25", "lw": 1.0}, zorder=2)
+            ax.annotate(
+                "",
+                (x, y),
+                (dx, dy),
+                arrowprops={
+                    "arrowstyle": "->",
+                    "ls": "--",
+                    "color": COLORS["donor"],
+                    "connectionstyle": "arc3,rad=0.25",
+                    "lw": 1.0,
+                },
+                zorder=2,
+            )
     labels = len(order) <= 120
     for n in order:
         x, y = pos[id(n)]
         if not isinstance(n, Candidate):
             ax.scatter([x], [y], marker="x", s=30, color=COLORS["declined"], zorder=3)
             if labels:
-                ax.annotate(f"declined: {n.reason}"[:60], (x, y), textcoords="offset points", xytext=(6, -3),
-                            fontsize=7, color="0.6")
+                ax.annotate(
+                    f"declined: {n.reason}"[:60],
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(6, -3),
+                    fontsize=7,
+                    color="0.6",
+                )
             continue
-        ax.scatter([x], [y], s=60, color=COLORS[n.status], edgecolors="black" if n.promoted else "none",
-                   linewidths=1.5, zorder=4)
+        ax.scatter(
+            [x],
+            [y],
+            s=60,
+            color=COLORS[n.status],
+            edgecolors="black" if n.promoted else "none",
+            linewidths=1.5,
+            zorder=4,
+        )
         if n.promoted:
-            ax.scatter([x], [y], marker="*", s=260, color=COLORS["promoted"], edgecolors="black",
-                       linewidths=0.5, zorder=5)
+            ax.scatter(
+                [x], [y], marker="*", s=260, color=COLORS["promoted"], edgecolors="black", linewidths=0.5, zorder=5
+            )
         if labels:
             score = "-" if n.score is None else f"{n.score:.3f}"
-            ax.annotate(f"{short(n.snapshot_id)}  {score}", (x, y), textcoords="offset points", xytext=(7, -3),
-                        fontsize=7.5)
-    handles = [plt.Line2D([], [], marker="o", ls="", color=COLORS[k], label=k) for k in ("seed", "admitted", "rejected")]
-    handles += [plt.Line2D([], [], marker="x", ls=":", color=COLORS["declined"], label="declined edit"),
-                plt.Line2D([], [], ls="--", color=COLORS["donor"], label="merge donor"),
-                plt.Line2D([], [], marker="*", ls="", ms=12, color=COLORS["promoted"], label="promoted")]
+            ax.annotate(
+                f"{short(n.snapshot_id)}  {score}", (x, y), textcoords="offset points", xytext=(7, -3), fontsize=7.5
+            )
+    handles = [
+        plt.Line2D([], [], marker="o", ls="", color=COLORS[k], label=k) for k in ("seed", "admitted", "rejected")
+    ]
+    handles += [
+        plt.Line2D([], [], marker="x", ls=":", color=COLORS["declined"], label="declined edit"),
+        plt.Line2D([], [], ls="--", color=COLORS["donor"], label="merge donor"),
+        plt.Line2D([], [], marker="*", ls="", ms=12, color=COLORS["promoted"], label="promoted"),
+    ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     ax.set_yticks([])
     ax.xaxis.set_major_locator(_int_ticks())
@@ -183,8 +254,15 @@ def heatmap(view: RunView) -> bytes | None:
             for i in range(len(tasks)):
                 for j in range(len(cands)):
                     if not np.isnan(m[i, j]):
-                        ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=7,
-                                color="white" if m[i, j] < (vmin + vmax) / 2 else "black")
+                        ax.text(
+                            j,
+                            i,
+                            f"{m[i, j]:.2f}",
+                            ha="center",
+                            va="center",
+                            fontsize=7,
+                            color="white" if m[i, j] < (vmin + vmax) / 2 else "black",
+                        )
     ax.set_xlabel("candidate (first step; label colour = status)")
     ax.set_ylabel(f"{view.split} task")
     ax.set_title(f"{view.name}: per-task avg@k on {view.split}", fontsize=10)
@@ -200,15 +278,20 @@ def binpack(rows: list[dict]) -> bytes | None:
     import numpy as np
 
     plt = _plt()
-    series = [("evolved", "excess_pct", "#2ca02c"), ("first fit", "first_fit_pct", "#9e9e9e"),
-              ("best fit", "best_fit_pct", "#1f77b4"), ("FunSearch", "funsearch_pct", "#ff7f0e")]
+    series = [
+        ("evolved", "excess_pct", "#2ca02c"),
+        ("first fit", "first_fit_pct", "#9e9e9e"),
+        ("best fit", "best_fit_pct", "#1f77b4"),
+        ("FunSearch", "funsearch_pct", "#ff7f0e"),
+    ]
     fig, ax = plt.subplots(figsize=(9, 4))
     x = np.arange(len(rows))
     w = 0.2
     for k, (label, key, color) in enumerate(series):
         vals = [r.get(key) for r in rows]
-        bars = ax.bar(x + (k - 1.5) * w, [v if isinstance(v, (int, float)) else 0 for v in vals], w, label=label,
-                      color=color)
+        bars = ax.bar(
+            x + (k - 1.5) * w, [v if isinstance(v, (int, float)) else 0 for v in vals], w, label=label, color=color
+        )
         ax.bar_label(bars, labels=[f"{v:.2f}" if isinstance(v, (int, float)) else "" for v in vals], fontsize=7)
         for xi, v in zip(x, vals):
             if not isinstance(v, (int, float)):
@@ -238,19 +321,34 @@ def meta_scatter(report: dict) -> bytes | None:
     ax.axhline(0, color="0.8", lw=0.8)
     ax.axvline(0, color="0.8", lw=0.8)
     if sweep:
-        ax.plot([s["source_gain"] for s in sweep], [s["target_gain"] for s in sweep], "o-", color="#1f77b4",
-                label="flat PUCT, c swept")
+        ax.plot(
+            [s["source_gain"] for s in sweep],
+            [s["target_gain"] for s in sweep],
+            "o-",
+            color="#1f77b4",
+            label="flat PUCT, c swept",
+        )
         for s in sweep:
-            ax.annotate(s["rule"], (s["source_gain"], s["target_gain"]), textcoords="offset points", xytext=(4, 4),
-                        fontsize=8)
-    ax.errorbar([ex], [ey], xerr=[fin(ev[src].get("se"))], yerr=[fin(ev[tgt].get("se"))], fmt="*", ms=13,
-                color="#d62728", label="evolved rule (± SE)")
+            ax.annotate(
+                s["rule"], (s["source_gain"], s["target_gain"]), textcoords="offset points", xytext=(4, 4), fontsize=8
+            )
+    ax.errorbar(
+        [ex],
+        [ey],
+        xerr=[fin(ev[src].get("se"))],
+        yerr=[fin(ev[tgt].get("se"))],
+        fmt="*",
+        ms=13,
+        color="#d62728",
+        label="evolved rule (± SE)",
+    )
     ax.plot([0], [0], "s", color="0.3", label="seed rule")
     verdict = (report.get("placement") or {}).get("verdict")
     ax.set_xlabel(f"gain over the seed rule on {src} (SOURCE)")
     ax.set_ylabel(f"gain over the seed rule on {tgt} (TARGET)")
-    ax.set_title("SOURCE vs TARGET gain on validation instances" + (f" — {verdict} the front" if verdict else ""),
-                 fontsize=10)
+    ax.set_title(
+        "SOURCE vs TARGET gain on validation instances" + (f" — {verdict} the front" if verdict else ""), fontsize=10
+    )
     ax.legend(fontsize=8)
     ax.grid(alpha=0.3)
     fig.tight_layout()

@@ -73,8 +73,11 @@ def table(rows: list[dict], cols: list[str] | None = None, row_class=None) -> st
 
 
 def kv(pairs: list[tuple[str, object]]) -> str:
-    return ('<table class="kv"><tbody>' +
-            "".join(f"<tr><td>{E(k)}</td><td>{E(fmt(v))}</td></tr>" for k, v in pairs) + "</tbody></table>")
+    return (
+        '<table class="kv"><tbody>'
+        + "".join(f"<tr><td>{E(k)}</td><td>{E(fmt(v))}</td></tr>" for k, v in pairs)
+        + "</tbody></table>"
+    )
 
 
 def image(png: bytes, alt: str) -> str:
@@ -105,13 +108,23 @@ def gate_rows(view: RunView) -> list[dict]:
     rows = []
     for d in view.decisions:
         unc = d.get("uncertainty") if isinstance(d.get("uncertainty"), dict) else {}
-        rows.append({
-            "step": d.get("step"), "kind": d.get("kind"),
-            **{col: short(d.get(f"{col}_id")) if d.get(f"{col}_id") else None for col in ("snapshot", "parent", "donor")},
-            "accepted": d.get("accepted"), "gain": d.get("gain"), "se": d.get("se"),
-            "z": d.get("z"), "sign p": unc.get("sign_test_p", d.get("sign_test_p")),
-            "regression": d.get("regression_mass"), "reason": d.get("reason"),
-        })
+        rows.append(
+            {
+                "step": d.get("step"),
+                "kind": d.get("kind"),
+                **{
+                    col: short(d.get(f"{col}_id")) if d.get(f"{col}_id") else None
+                    for col in ("snapshot", "parent", "donor")
+                },
+                "accepted": d.get("accepted"),
+                "gain": d.get("gain"),
+                "se": d.get("se"),
+                "z": d.get("z"),
+                "sign p": unc.get("sign_test_p", d.get("sign_test_p")),
+                "regression": d.get("regression_mass"),
+                "reason": d.get("reason"),
+            }
+        )
     used = [c for c in rows[0] if any(r.get(c) is not None for r in rows)] if rows else []
     return [{c: r.get(c) for c in used} for r in rows]
 
@@ -152,48 +165,82 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
     best = view.best
     target = cfg.get("target") or {}
     prov = view.meta.get("provenance") or {}
-    overview = kv([
-        ("run directory", view.uri), ("status", status), ("algorithm", view.algorithm),
-        ("benchmark", view.benchmark), ("target", target.get("path")), ("seed (config)", cfg.get("seed")),
-        ("steps", view.steps), ("decisions", len(view.decisions)), ("measured candidates", len(view.candidates)),
-        ("declined edits", len(view.declined)), ("promoted snapshot", view.promoted_id),
-        (f"best {view.split} mean", None if best is None else f"{best.score:.4f} ({best.snapshot_id}, step {best.step})"),
-        ("rollouts stored", view.rollouts.num_rows), ("git commit", prov.get("git_commit")),
-        ("versions", ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items())),
-    ])
+    overview = kv(
+        [
+            ("run directory", view.uri),
+            ("status", status),
+            ("algorithm", view.algorithm),
+            ("benchmark", view.benchmark),
+            ("target", target.get("path")),
+            ("seed (config)", cfg.get("seed")),
+            ("steps", view.steps),
+            ("decisions", len(view.decisions)),
+            ("measured candidates", len(view.candidates)),
+            ("declined edits", len(view.declined)),
+            ("promoted snapshot", view.promoted_id),
+            (
+                f"best {view.split} mean",
+                None if best is None else f"{best.score:.4f} ({best.snapshot_id}, step {best.step})",
+            ),
+            ("rollouts stored", view.rollouts.num_rows),
+            ("git commit", prov.get("git_commit")),
+            ("versions", ", ".join(f"{k} {v}" for k, v in (prov.get("versions") or {}).items())),
+        ]
+    )
     if not view.summary:
-        overview += ('<p class="note">No summary.json: the run has not finished (running, killed or stopped); '
-                     "this report shows what its records hold so far.</p>")
+        overview += (
+            '<p class="note">No summary.json: the run has not finished (running, killed or stopped); '
+            "this report shows what its records hold so far.</p>"
+        )
     if s.get("means"):
         rows = [{"split": k, "mean score": v, **(s.get("metrics", {}).get(k) or {})} for k, v in s["means"].items()]
         overview += "<h3>Promoted snapshot: mean scores</h3>" + table(rows)
     sections.append(("overview", "Overview", overview))
 
     # ---- figures ----------------------------------------------------------------------------
-    sections.append(("score", "Score over steps", figure("score", figures.score_over_steps, view) +
-                     f'<p class="note">Each point: a measured candidate at the step it was first decided; its '
-                     f"{E(view.split)} mean is the mean over tasks of per-task avg@k over every stored repetition. "
-                     "Filled: admitted; open: rejected; star: promoted.</p>"))
-    sections.append(("lineage", "Lineage", figure("lineage", figures.lineage, view) +
-                     '<p class="note">Solid: parent → child; dashed: the donor of a merge; grey ×: an edit that '
-                     "was declined before any measurement (reason beside it).</p>"))
+    sections.append(
+        (
+            "score",
+            "Score over steps",
+            figure("score", figures.score_over_steps, view)
+            + f'<p class="note">Each point: a measured candidate at the step it was first decided; its '
+            f"{E(view.split)} mean is the mean over tasks of per-task avg@k over every stored repetition. "
+            "Filled: admitted; open: rejected; star: promoted.</p>",
+        )
+    )
+    sections.append(
+        (
+            "lineage",
+            "Lineage",
+            figure("lineage", figures.lineage, view)
+            + '<p class="note">Solid: parent → child; dashed: the donor of a merge; grey ×: an edit that '
+            "was declined before any measurement (reason beside it).</p>",
+        )
+    )
     sections.append(("heatmap", "Tasks × candidates", figure("heatmap", figures.heatmap, view)))
 
     # ---- decisions --------------------------------------------------------------------------
-    sections.append(("decisions", f"Decisions ({len(view.decisions)})",
-                     table(gate_rows(view), row_class=_row_class) +
-                     '<p class="note">gain / regression: the gate\'s figures on the candidate\'s measurement; '
-                     "se and z: a paired z-test's standard error; sign p: the paired sign test.</p>"))
+    sections.append(
+        (
+            "decisions",
+            f"Decisions ({len(view.decisions)})",
+            table(gate_rows(view), row_class=_row_class)
+            + "<p class=\"note\">gain / regression: the gate's figures on the candidate's measurement; "
+            "se and z: a paired z-test's standard error; sign p: the paired sign test.</p>",
+        )
+    )
 
     # ---- diffs of admitted candidates ------------------------------------------------------
     diffs = []
     for c in view.candidates:
         if c.kind == "seed" or not c.admitted or not c.parent_id:
             continue
-        head = (f"<h3>{E(c.snapshot_id)} ← {E(c.parent_id)}"
-                + (f" (merge, donor {E(c.donor_id)})" if c.donor_id else "")
-                + f" · step {c.step}{' · promoted' if c.promoted else ''}</h3>"
-                + f'<p class="note">{E(c.reason)}</p>')
+        head = (
+            f"<h3>{E(c.snapshot_id)} ← {E(c.parent_id)}"
+            + (f" (merge, donor {E(c.donor_id)})" if c.donor_id else "")
+            + f" · step {c.step}{' · promoted' if c.promoted else ''}</h3>"
+            + f'<p class="note">{E(c.reason)}</p>'
+        )
         try:
             text = snapshot_diff(view, c.snapshot_id, c.parent_id)
         except Exception as exc:  # noqa: BLE001 - a snapshot not yet written (a running run)
@@ -202,49 +249,88 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         if len(text) > MAX_DIFF_CHARS:
             text = text[:MAX_DIFF_CHARS] + f"\n[... diff cut at {MAX_DIFF_CHARS} characters ...]\n"
         diffs.append(head + (highlight_diff(text) if text else '<p class="note">(no file changed)</p>'))
-    sections.append(("diffs", "Admitted candidates: diff against the parent",
-                     "".join(diffs) or '<p class="note">no candidate admitted besides the seed.</p>'))
+    sections.append(
+        (
+            "diffs",
+            "Admitted candidates: diff against the parent",
+            "".join(diffs) or '<p class="note">no candidate admitted besides the seed.</p>',
+        )
+    )
 
     # ---- test / benchmark-specific ---------------------------------------------------------
     report_rows = s.get("test_report") or []
     if report_rows:
         body = table(report_rows)
         if any("first_fit_pct" in r for r in report_rows):
-            body = figure("binpack", figures.binpack, report_rows) + body + (
-                '<p class="note">Excess bins % per test set (lower is better): the promoted heuristic, first fit '
-                "and best fit packed on the same instances, FunSearch's published figure.</p>")
+            body = (
+                figure("binpack", figures.binpack, report_rows)
+                + body
+                + (
+                    '<p class="note">Excess bins % per test set (lower is better): the promoted heuristic, first fit '
+                    "and best fit packed on the same instances, FunSearch's published figure.</p>"
+                )
+            )
         sections.append(("test", "Test", body))
     for t in (s.get("algorithm_report") or {}).get("tables", []):
-        sections.append((f"algo{len(sections)}", t.get("title") or "algorithm report",
-                         table(t.get("rows") or []) + (f'<p class="note">{E(t["note"])}</p>' if t.get("note") else "")))
+        sections.append(
+            (
+                f"algo{len(sections)}",
+                t.get("title") or "algorithm report",
+                table(t.get("rows") or []) + (f'<p class="note">{E(t["note"])}</p>' if t.get("note") else ""),
+            )
+        )
     if view.meta_report:
         mr = view.meta_report
         place = mr.get("placement") or {}
         ratio = mr.get("transfer_ratio")
         sweep = [dict(s) for s in mr.get("c_sweep") or []]
-        sections.append(("meta", "meta-evolve: SOURCE vs TARGET",
-                         figure("meta", figures.meta_scatter, mr) +
-                         kv([("transfer ratio", ratio), ("placement", place.get("verdict")),
-                             ("Pareto front", place.get("front")), ("dominated by", place.get("dominated_by")),
-                             ("evolved snapshot", (mr.get("evolved") or {}).get("snapshot_id"))]) +
-                         "<h3>c-family sweep</h3>" + table(sweep)))
+        sections.append(
+            (
+                "meta",
+                "meta-evolve: SOURCE vs TARGET",
+                figure("meta", figures.meta_scatter, mr)
+                + kv(
+                    [
+                        ("transfer ratio", ratio),
+                        ("placement", place.get("verdict")),
+                        ("Pareto front", place.get("front")),
+                        ("dominated by", place.get("dominated_by")),
+                        ("evolved snapshot", (mr.get("evolved") or {}).get("snapshot_id")),
+                    ]
+                )
+                + "<h3>c-family sweep</h3>"
+                + table(sweep),
+            )
+        )
 
     # ---- cost and time -----------------------------------------------------------------------
     c = view.cost()
-    sections.append(("cost", "Cost and time", figure("cost", figures.cost, c) + kv([
-        ("elapsed (s)", c["elapsed_s"]), ("elapsed read from", c["elapsed_from"]),
-        ("rollouts: summed duration (s)", c["rollout_s"]), ("rollouts stored", c["rollouts_stored"]),
-        ("rollouts executed / cache hits", f"{fmt(c['rollouts_executed'])} / {fmt(c['cache_hits'])}"),
-        ("rollouts: cost (USD)", c["rollout_cost_usd"]),
-        ("rollouts: tokens in / out", f"{c['rollout_tokens_in']} / {c['rollout_tokens_out']}"),
-        ("model calls", c["model_calls"]),
-        ("model tokens in / out", f"{fmt(c['model_tokens_in'])} / {fmt(c['model_tokens_out'])}"),
-        ("model cost (USD)", c["model_cost_usd"]),
-        ("model call time (s)", c["model_s"] if c["model_s"] is not None else "not recorded"),
-        ("driver (s)", c["driver_s"]),
-    ]) + '<p class="note">Rollouts run in parallel: their summed duration is worker time and can exceed the '
-         "elapsed wall clock, in which case the driver share shows 0. Model-call time is not recorded by the "
-         "workers, so it is counted in the driver's share.</p>"))
+    sections.append(
+        (
+            "cost",
+            "Cost and time",
+            figure("cost", figures.cost, c)
+            + kv(
+                [
+                    ("elapsed (s)", c["elapsed_s"]),
+                    ("elapsed read from", c["elapsed_from"]),
+                    ("rollouts: summed duration (s)", c["rollout_s"]),
+                    ("rollouts stored", c["rollouts_stored"]),
+                    ("rollouts executed / cache hits", f"{fmt(c['rollouts_executed'])} / {fmt(c['cache_hits'])}"),
+                    ("rollouts: cost (USD)", c["rollout_cost_usd"]),
+                    ("rollouts: tokens in / out", f"{c['rollout_tokens_in']} / {c['rollout_tokens_out']}"),
+                    ("model calls", c["model_calls"]),
+                    ("model tokens in / out", f"{fmt(c['model_tokens_in'])} / {fmt(c['model_tokens_out'])}"),
+                    ("model cost (USD)", c["model_cost_usd"]),
+                    ("model call time (s)", c["model_s"] if c["model_s"] is not None else "not recorded"),
+                    ("driver (s)", c["driver_s"]),
+                ]
+            )
+            + '<p class="note">Rollouts run in parallel: their summed duration is worker time and can exceed the '
+            "elapsed wall clock, in which case the driver share shows 0. Model-call time is not recorded by the "
+            "workers, so it is counted in the driver's share.</p>",
+        )
+    )
 
     if notes:
         sections.append(("notes", "Notes", "<ul>" + "".join(f"<li>{E(n)}</li>" for n in notes) + "</ul>"))
@@ -257,11 +343,13 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         written[name] = str(path)
     nav = "".join(f'<a href="#{a}">{E(t)}</a>' for a, t, _ in sections)
     body = "".join(f'<section id="{a}"><h2>{E(t)}</h2>{b}</section>' for a, t, b in sections)
-    page = (f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
-            f'<meta name="viewport" content="width=device-width, initial-scale=1">'
-            f"<title>rsi report: {E(view.name)}</title><style>{CSS}{diff_css()}</style></head>"
-            f'<body><main><h1>{E(view.name)} <span class="badge {E(status)}">{E(status)}</span></h1>'
-            f"<nav>{nav}</nav>{body}</main></body></html>\n")
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{CSP}">'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>rsi report: {E(view.name)}</title><style>{CSS}{diff_css()}</style></head>"
+        f'<body><main><h1>{E(view.name)} <span class="badge {E(status)}">{E(status)}</span></h1>'
+        f"<nav>{nav}</nav>{body}</main></body></html>\n"
+    )
     out.write_text(page, encoding="utf-8")
     return {"html": str(out), "figures": written, "notes": notes, "status": status}

@@ -119,8 +119,11 @@ class EventWriter:
 
     def scalars(self, step: int, values: dict[str, float], wall_time: float | None = None) -> int:
         if values:
-            self._write(event(wall_time or time.time(), int(step),
-                              values=[scalar_value(t, v) for t, v in sorted(values.items())]))
+            self._write(
+                event(
+                    wall_time or time.time(), int(step), values=[scalar_value(t, v) for t, v in sorted(values.items())]
+                )
+            )
         return len(values)
 
     def decision(self, record: dict) -> int:
@@ -153,10 +156,14 @@ def export_run(run_dir: str, logdir: str | Path) -> tuple[str, int]:
             n += w.decision(d)
         for c in view.candidates:
             if c.score is not None:
-                n += w.scalars(c.step, {f"candidate/{view.split}_mean": c.score,
-                                        "candidate/admitted": float(c.admitted)})
-        usage = {f"usage/{k}": v for k, v in ((view.summary or {}).get("usage") or view.state.get("usage") or {}).items()
-                 if isinstance(v, (int, float)) and not isinstance(v, bool)}
+                n += w.scalars(
+                    c.step, {f"candidate/{view.split}_mean": c.score, "candidate/admitted": float(c.admitted)}
+                )
+        usage = {
+            f"usage/{k}": v
+            for k, v in ((view.summary or {}).get("usage") or view.state.get("usage") or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)
+        }
         n += w.scalars(view.steps, usage)
         path = str(w.path)
     return path, n
@@ -170,9 +177,9 @@ def read_events(path: str | Path) -> list[dict]:
     while i < len(data):
         (length,) = struct.unpack_from("<Q", data, i)
         (lcrc,) = struct.unpack_from("<I", data, i + 8)
-        if lcrc != masked_crc(data[i:i + 8]):
+        if lcrc != masked_crc(data[i : i + 8]):
             raise ValueError(f"bad length CRC at byte {i}")
-        rec = data[i + 12:i + 12 + length]
+        rec = data[i + 12 : i + 12 + length]
         (dcrc,) = struct.unpack_from("<I", data, i + 12 + length)
         if dcrc != masked_crc(rec):
             raise ValueError(f"bad data CRC at byte {i}")
@@ -200,12 +207,12 @@ def _fields(b: bytes):
         if wire == 0:
             v, i = _read_varint(b, i)
         elif wire == 1:
-            v, i = b[i:i + 8], i + 8
+            v, i = b[i : i + 8], i + 8
         elif wire == 5:
-            v, i = b[i:i + 4], i + 4
+            v, i = b[i : i + 4], i + 4
         elif wire == 2:
             n, i = _read_varint(b, i)
-            v, i = b[i:i + n], i + n
+            v, i = b[i : i + n], i + n
         else:
             raise ValueError(f"wire type {wire}")
         yield num, v

@@ -23,8 +23,9 @@ def _tree(root: Path, skip: set[str]) -> dict[str, Version]:
     out: dict[str, Version] = {}
     for dirpath, dirnames, filenames in os.walk(root):
         rel_dir = os.path.relpath(dirpath, root)
-        dirnames[:] = [d for d in dirnames if d not in RUNTIME_DIRS
-                       and os.path.normpath(os.path.join(rel_dir, d)) not in skip]
+        dirnames[:] = [
+            d for d in dirnames if d not in RUNTIME_DIRS and os.path.normpath(os.path.join(rel_dir, d)) not in skip
+        ]
         for name in filenames:
             rel = os.path.normpath(os.path.join(rel_dir, name)).replace(os.sep, "/")
             full = Path(dirpath) / name
@@ -48,8 +49,9 @@ def _hunks(base: list[bytes], other: list[bytes]) -> list[tuple[int, int, list[b
 def merge_lines(base: list[bytes], main: list[bytes], donor: list[bytes]) -> list[bytes]:
     """diff3 over lines: hunks that overlap or touch form one region; a region changed only by
     the donor takes the donor's lines, any other region keeps main's."""
-    hunks = sorted([(*h, 0) for h in _hunks(base, main)] + [(*h, 1) for h in _hunks(base, donor)],
-                   key=lambda h: (h[0], h[1], h[3]))
+    hunks = sorted(
+        [(*h, 0) for h in _hunks(base, main)] + [(*h, 1) for h in _hunks(base, donor)], key=lambda h: (h[0], h[1], h[3])
+    )
     out, pos, i = [], 0, 0
     while i < len(hunks):
         lo, hi, j = hunks[i][0], hunks[i][1], i + 1
@@ -78,8 +80,9 @@ def merge_file(ancestor: Version, main: Version, donor: Version) -> Version:
     base = ancestor[0] if ancestor is not None else b""
     if any(b"\0" in data for data in (base, main[0], donor[0])):
         return main  # binary: no line structure to merge
-    lines = merge_lines(base.splitlines(keepends=True), main[0].splitlines(keepends=True),
-                        donor[0].splitlines(keepends=True))
+    lines = merge_lines(
+        base.splitlines(keepends=True), main[0].splitlines(keepends=True), donor[0].splitlines(keepends=True)
+    )
     return b"".join(lines), executable
 
 

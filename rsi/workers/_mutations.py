@@ -74,12 +74,14 @@ def _collect(node: ast.AST, k: int, free: bool, out: list[Site]) -> None:
     for name, value in ast.iter_fields(node):
         if isinstance(node, ast.Call) and name == "func" or isinstance(node, ast.Attribute):
             continue
-        child_free = free and not (isinstance(node, ast.Subscript) and name == "slice"
-                                   or isinstance(node, ast.keyword) or _is_index_call(node))
+        child_free = free and not (
+            isinstance(node, ast.Subscript) and name == "slice" or isinstance(node, ast.keyword) or _is_index_call(node)
+        )
         items = value if isinstance(value, list) else [value]
         for i, child in enumerate(items):
-            if not isinstance(child, ast.AST) or isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef,
-                                                                    ast.ClassDef, ast.Lambda, ast.JoinedStr)):
+            if not isinstance(child, ast.AST) or isinstance(
+                child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda, ast.JoinedStr)
+            ):
                 continue
             if isinstance(child, ast.expr) and not isinstance(getattr(child, "ctx", None), (ast.Store, ast.Del)):
                 root = isinstance(node, (ast.Return, ast.Assign, ast.AugAssign)) and name == "value"
@@ -161,8 +163,13 @@ class Mutations:
 
     # ---- operators ------------------------------------------------------------------------
     def perturb_constant(self, fn, found: list[Site]) -> bool:
-        numbers = [s for s in found if s.free and _number(s.node) is not None
-                   and not (isinstance(s.parent, ast.UnaryOp) and isinstance(s.parent.op, ast.USub))]
+        numbers = [
+            s
+            for s in found
+            if s.free
+            and _number(s.node) is not None
+            and not (isinstance(s.parent, ast.UnaryOp) and isinstance(s.parent.op, ast.USub))
+        ]
         if not numbers:
             return False
         site = self._pick(numbers)
@@ -170,22 +177,36 @@ class Mutations:
         return True
 
     def swap_operator(self, fn, found: list[Site]) -> bool:
-        ops = [s.node for s in found if isinstance(s.node, ast.BinOp)
-               and isinstance(s.node.op, ARITH + (ast.Pow, ast.FloorDiv))]
+        ops = [
+            s.node
+            for s in found
+            if isinstance(s.node, ast.BinOp) and isinstance(s.node.op, ARITH + (ast.Pow, ast.FloorDiv))
+        ]
         if not ops:
             return False
         node = self._pick(ops)
         kind = type(node.op)
-        family = {ast.Add: (ast.Sub,), ast.Sub: (ast.Add,), ast.Mult: (ast.Div,), ast.Div: (ast.Mult,),
-                  ast.Pow: (ast.Mult,), ast.FloorDiv: (ast.Div,)}[kind]
+        family = {
+            ast.Add: (ast.Sub,),
+            ast.Sub: (ast.Add,),
+            ast.Mult: (ast.Div,),
+            ast.Div: (ast.Mult,),
+            ast.Pow: (ast.Mult,),
+            ast.FloorDiv: (ast.Div,),
+        }[kind]
         if self.rng.random() < 0.3:
             family = tuple(o for o in ARITH if o is not kind)
         node.op = self._pick(family)()
         return True
 
     def swap_compare(self, fn, found: list[Site]) -> bool:
-        compares = [(s.node, i) for s in found if isinstance(s.node, ast.Compare)
-                    for i, op in enumerate(s.node.ops) if isinstance(op, ORDER + EQUALITY)]
+        compares = [
+            (s.node, i)
+            for s in found
+            if isinstance(s.node, ast.Compare)
+            for i, op in enumerate(s.node.ops)
+            if isinstance(op, ORDER + EQUALITY)
+        ]
         if not compares:
             return False
         node, i = self._pick(compares)
@@ -197,8 +218,13 @@ class Mutations:
         out = []
         for s in found:
             node = s.node
-            if (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords
-                    and isinstance(node.func, ast.Attribute) and isinstance(node.func.value, ast.Name)):
+            if (
+                isinstance(node, ast.Call)
+                and len(node.args) == 1
+                and not node.keywords
+                and isinstance(node.func, ast.Attribute)
+                and isinstance(node.func.value, ast.Name)
+            ):
                 for module in ("numpy", "math"):
                     alias = getattr(self.names, module)
                     if node.func.value.id == alias and node.func.attr in UNARY[module] + ("log",):
@@ -241,8 +267,15 @@ class Mutations:
 
     # ---- insert_term: new structure from the function's own names ------------------------
     def insert_term(self, fn, found: list[Site]) -> bool:
-        targets = [s for s in found if s.free and (_number(s.node) is not None or isinstance(
-                       s.node, (ast.Name, ast.BinOp, ast.UnaryOp, ast.Call, ast.Subscript)))]
+        targets = [
+            s
+            for s in found
+            if s.free
+            and (
+                _number(s.node) is not None
+                or isinstance(s.node, (ast.Name, ast.BinOp, ast.UnaryOp, ast.Call, ast.Subscript))
+            )
+        ]
         if not targets:
             return False
         roots = [s for s in targets if s.root]
@@ -288,12 +321,17 @@ class Mutations:
         """A nonlinear transform of the atom with a length scale drawn around ``scale``."""
         np_ = self.names.numpy
         s = literal(self._magnitude(0.2, 5.0))
-        shapes = [lambda: atom, lambda: _binop(atom, ast.Pow(), ast.Constant(2)),
-                  lambda: _binop(ast.Constant(1), ast.Div(), _binop(self._abs(atom), ast.Add(), s))]
+        shapes = [
+            lambda: atom,
+            lambda: _binop(atom, ast.Pow(), ast.Constant(2)),
+            lambda: _binop(ast.Constant(1), ast.Div(), _binop(self._abs(atom), ast.Add(), s)),
+        ]
         if np_:
-            shapes += [lambda: _call(_attr(np_, "exp"), _binop(ast.UnaryOp(ast.USub(), self._abs(atom)), ast.Div(), s)),
-                       lambda: _call(_attr(np_, "sqrt"), self._abs(atom)),
-                       lambda: _call(_attr(np_, "log1p"), self._abs(atom))]
+            shapes += [
+                lambda: _call(_attr(np_, "exp"), _binop(ast.UnaryOp(ast.USub(), self._abs(atom)), ast.Div(), s)),
+                lambda: _call(_attr(np_, "sqrt"), self._abs(atom)),
+                lambda: _call(_attr(np_, "log1p"), self._abs(atom)),
+            ]
         return self._pick(shapes)()
 
     def _abs(self, node: ast.expr) -> ast.expr:

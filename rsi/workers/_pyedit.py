@@ -68,7 +68,7 @@ def splice(source: str, edits: list[tuple[ast.FunctionDef, str]]) -> str:
     for old, new in sorted(edits, key=lambda e: _first_line(e[0]), reverse=True):
         start, end = _first_line(old) - 1, old.end_lineno - 1
         indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
-        suffix = lines[end].encode()[old.end_col_offset:].decode()  # trailing comment and newline survive
+        suffix = lines[end].encode()[old.end_col_offset :].decode()  # trailing comment and newline survive
         text = "\n".join(indent + line if line else line for line in new.split("\n"))
         lines[start : end + 1] = [text + suffix]
     return "".join(lines)

@@ -30,8 +30,10 @@ nothing else you write reaches the project.
 
 NO_REFERENCES = "There are no reference folders."
 REFERENCES = "Read-only reference copies (read them, never edit them): {folders}."
-BAD_ARGUMENTS = ("error: {error}. Nothing was done. Resend the {name} call with its arguments as one JSON object "
-                 "matching the tool's schema.")
+BAD_ARGUMENTS = (
+    "error: {error}. Nothing was done. Resend the {name} call with its arguments as one JSON object "
+    "matching the tool's schema."
+)
 
 
 class AgentWorker(ModelWorker):
@@ -55,8 +57,7 @@ class AgentWorker(ModelWorker):
         workspace = Workspace(Path(checkout), read_only=references.values())
         folders = ", ".join(f"{path.strip('/')}/ ({role})" for role, path in sorted(references.items()))
         note = render(REFERENCES, folders=folders) if references else NO_REFERENCES
-        messages = [{"role": "system", "content": render(SYSTEM, references=note)},
-                    {"role": "user", "content": prompt}]
+        messages = [{"role": "system", "content": render(SYSTEM, references=note)}, {"role": "user", "content": prompt}]
         self.transcript = messages
         bad_in_a_row, last_text = 0, ""
         for _ in range(self.config.max_turns):
@@ -71,8 +72,9 @@ class AgentWorker(ModelWorker):
                     self.malformed_calls += 1
                     bad_in_a_row += 1
                     if bad_in_a_row >= self.config.max_bad_tool_calls:
-                        raise WorkerError(f"agent: {bad_in_a_row} malformed tool calls in a row "
-                                          f"(last: {call.name}: {call.error})")
+                        raise WorkerError(
+                            f"agent: {bad_in_a_row} malformed tool calls in a row (last: {call.name}: {call.error})"
+                        )
                     content = render(BAD_ARGUMENTS, error=call.error, name=call.name)
                 elif call.name == "finish":
                     bad_in_a_row = 0

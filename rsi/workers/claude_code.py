@@ -24,8 +24,7 @@ from rsi.workers.base import Usage, Worker
 
 PASS_ENV = ("PATH", "HOME", "USER", "LANG", "LC_ALL", "TMPDIR")
 EDIT_TOOLS = "Read,Edit,Write,Glob,Grep,LS"
-REFERENCES = ("\n\nRead-only reference copies of other versions are in: {folders}. Read them for ideas; "
-              "never edit them.")
+REFERENCES = "\n\nRead-only reference copies of other versions are in: {folders}. Read them for ideas; never edit them."
 
 
 class ClaudeCodeWorker(Worker):
@@ -37,8 +36,8 @@ class ClaudeCodeWorker(Worker):
         replicas: int = Field(1, ge=1, description="worker actors running in parallel")
         model: str | None = Field(None, description="--model for the CLI (default: the CLI's)")
         api_key_env: str | None = Field(
-            "ANTHROPIC_API_KEY", description="NAME of the variable with the key, passed to the CLI by that name; "
-            "null: the CLI's own login"
+            "ANTHROPIC_API_KEY",
+            description="NAME of the variable with the key, passed to the CLI by that name; null: the CLI's own login",
         )
         max_turns: int = Field(50, ge=1, description="--max-turns per edit")
         timeout_s: float = Field(1800.0, gt=0, description="wall-clock limit of one CLI call")
@@ -48,19 +47,24 @@ class ClaudeCodeWorker(Worker):
         @classmethod
         def _env_name(cls, v):
             if v is not None and not ENV_NAME.match(v):
-                raise ValueError("must name an environment variable; write the key in an environment variable "
-                                 "and name it in api_key_env")
+                raise ValueError(
+                    "must name an environment variable; write the key in an environment variable "
+                    "and name it in api_key_env"
+                )
             return v
 
     def __init__(self, config: "ClaudeCodeWorker.Config", base_dir: Path, seed: int):
         super().__init__()
         self.executable = shutil.which("claude")
         if self.executable is None:
-            raise ConfigError("worker type claude_code needs the `claude` CLI on PATH "
-                              "(npm install -g @anthropic-ai/claude-code)")
+            raise ConfigError(
+                "worker type claude_code needs the `claude` CLI on PATH (npm install -g @anthropic-ai/claude-code)"
+            )
         if config.api_key_env and not os.environ.get(config.api_key_env):
-            raise ConfigError(f"environment variable {config.api_key_env} (named by api_key_env) is not set; "
-                              f"export it, or set api_key_env: null to use the CLI's own login")
+            raise ConfigError(
+                f"environment variable {config.api_key_env} (named by api_key_env) is not set; "
+                f"export it, or set api_key_env: null to use the CLI's own login"
+            )
         self.config = config
         self.seed = seed
 
@@ -77,8 +81,15 @@ class ClaudeCodeWorker(Worker):
         if self.config.model:
             argv += ["--model", self.config.model]
         try:
-            proc = subprocess.run(argv, cwd=cwd, env=self._env(), capture_output=True, text=True,
-                                  timeout=self.config.timeout_s, stdin=subprocess.DEVNULL)
+            proc = subprocess.run(
+                argv,
+                cwd=cwd,
+                env=self._env(),
+                capture_output=True,
+                text=True,
+                timeout=self.config.timeout_s,
+                stdin=subprocess.DEVNULL,
+            )
         except subprocess.TimeoutExpired:
             raise WorkerError(f"claude CLI ran past timeout_s={self.config.timeout_s}") from None
         try:
@@ -86,8 +97,14 @@ class ClaudeCodeWorker(Worker):
         except json.JSONDecodeError:
             out = {}
         usage = out.get("usage") or {}
-        self.usage.add(Usage(1, int(usage.get("input_tokens") or 0), int(usage.get("output_tokens") or 0),
-                             float(out.get("total_cost_usd") or 0.0)))
+        self.usage.add(
+            Usage(
+                1,
+                int(usage.get("input_tokens") or 0),
+                int(usage.get("output_tokens") or 0),
+                float(out.get("total_cost_usd") or 0.0),
+            )
+        )
         if proc.returncode != 0 or out.get("is_error") or "result" not in out:
             tail = (proc.stderr or proc.stdout or "")[-1000:]
             raise WorkerError(f"claude CLI failed (exit {proc.returncode}, {out.get('subtype', 'no result')}): {tail}")

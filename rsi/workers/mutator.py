@@ -87,13 +87,20 @@ class MutatorWorker(Worker):
         replicas: int = Field(1, ge=1, description="worker actors; each gets its own derived seed")
         max_ops: int = Field(3, ge=1, le=20, description="an edit applies 1..max_ops random operators")
         seed_offset: int = Field(
-            0, ge=0, description="mixed into the run seed, to vary the edits without changing the run seed")
+            0, ge=0, description="mixed into the run seed, to vary the edits without changing the run seed"
+        )
         constant_scale: float = Field(
-            10.0, gt=0, description="typical magnitude of the evolved code's quantities; new thresholds, "
-            "penalties and length scales are drawn log-uniformly around it (bin packing with capacity 100: 10)")
+            10.0,
+            gt=0,
+            description="typical magnitude of the evolved code's quantities; new thresholds, "
+            "penalties and length scales are drawn log-uniformly around it (bin packing with capacity 100: 10)",
+        )
         max_nodes: int = Field(
-            200, ge=20, description="size cap in syntax nodes: no edit grows a marked function past it (bloat "
-            "control; a function already larger only gets edits and drops)")
+            200,
+            ge=20,
+            description="size cap in syntax nodes: no edit grows a marked function past it (bloat "
+            "control; a function already larger only gets edits and drops)",
+        )
         weights: OperatorWeights = Field(default_factory=OperatorWeights, description="relative operator frequencies")
 
     def __init__(self, config: "MutatorWorker.Config", base_dir: Path | None = None, seed: int = 0):
@@ -196,8 +203,9 @@ def _find_targets(checkout: Path, skip: set[str]) -> list[_Target]:
     skip = {os.path.normpath(s) for s in skip}
     for dirpath, dirnames, filenames in os.walk(checkout):
         rel_dir = os.path.relpath(dirpath, checkout)
-        dirnames[:] = sorted(d for d in dirnames if d not in RUNTIME_DIRS
-                             and os.path.normpath(os.path.join(rel_dir, d)) not in skip)
+        dirnames[:] = sorted(
+            d for d in dirnames if d not in RUNTIME_DIRS and os.path.normpath(os.path.join(rel_dir, d)) not in skip
+        )
         for name in sorted(filenames):
             if not name.endswith(".py"):
                 continue
