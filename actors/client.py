@@ -13,10 +13,9 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from actors.evaluator import Evaluator
-from rsi.results import Request
 from rsi.progress import wait_with_progress
 from rsi.records import RunRecords
-from rsi.results import SCHEMA
+from rsi.results import SCHEMA, Request
 
 
 class EvaluatorClient:

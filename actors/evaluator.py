@@ -25,7 +25,6 @@ from actors.rollout import RolloutSpec, run_batch
 from rsi.config import EvaluatorConfig
 from rsi.errors import ClusterError
 from rsi.results import Request, concat, empty_table, rows_to_table
-from rsi.snapshot import Snapshot
 
 
 def sample_seed(run_seed: int, salt: str, task_id: str, trial: int) -> int:

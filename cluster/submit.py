@@ -37,8 +37,8 @@ TERMINAL = {"SUCCEEDED", "FAILED", "STOPPED"}
 def submit(config: str, address: str, overrides, run_dir: str | None = None, wait: bool = True) -> int:
     """Validate, submit, and (``wait``) stream the job's logs; 0 only when the job succeeded."""
     from rsi.config import load_config
-    from rsi.records import new_run_uri
     from rsi.driver.runner import prepare
+    from rsi.records import new_run_uri
 
     overrides = [(k, v) for k, v in overrides if k != "ray.address"]
     resolved = load_config(config, overrides)
@@ -78,8 +78,8 @@ def submit_resume(
     ships ``working_dir`` (default: the current directory), which must be the directory the
     run's config resolved its relative paths against; that is checked here, before the cluster
     is contacted, by loading the stored config against it."""
-    from rsi.records import RunRecords
     from rsi.driver.resume import check_unchanged, prepare_stored, unfinished
+    from rsi.records import RunRecords
 
     run_dir = _run_location(run_dir, _is_local(address))
     records = RunRecords.open(run_dir)

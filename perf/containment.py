@@ -15,7 +15,6 @@ median over rounds. Run: ``python perf/containment.py [--rounds N]``.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import shutil

@@ -203,7 +203,10 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
             )
         sg = [r["validation"][src]["gain"] for r in runs]
         tg = [r["validation"][tgt]["gain"] for r in runs]
-        sd = lambda xs: statistics.stdev(xs) if len(xs) > 1 else 0.0
+
+        def sd(xs):
+            return statistics.stdev(xs) if len(xs) > 1 else 0.0
+
         lines += [
             "",
             f"Mean over seeds: {src} {statistics.mean(sg):+.4f} ± {sd(sg):.4f} (sd), "

@@ -126,11 +126,10 @@ def main() -> None:
     # A token made for this run: nothing is read from or written to ~/.ray.
     os.environ.setdefault("RAY_AUTH_MODE", "token")
     os.environ.setdefault("RAY_AUTH_TOKEN", secrets.token_hex(32))
-    import pyarrow as pa
     import ray
 
-    from rsi.records import RunRecords
     from rsi.driver.runner import start_run
+    from rsi.records import RunRecords
 
     root = Path(tempfile.mkdtemp(prefix="rsi-perf-storage-"))
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -213,7 +212,7 @@ class Algorithm:
         status.spend_usd = used.get("cost_usd", 0.0) + used.get("rollout_cost_usd", 0.0)
 
     def commit_or_decline(
-        self, parent: Snapshot, edit: "EditResult | dict", ignore=(), step: int | None = None, **figures
+        self, parent: Snapshot, edit: EditResult | dict, ignore=(), step: int | None = None, **figures
     ) -> Snapshot | Decision:
         """The child snapshot of an edit (a worker's ``EditResult``, or a tree), or the ``decline``
         decision recorded for it (the run goes on; the caller reads why from the decision)."""
@@ -239,7 +238,7 @@ class Algorithm:
         self.ctx.records.put_snapshot(child)
         return child
 
-    def commit(self, parent: Snapshot, edit: "EditResult | dict", ignore=(), **figures) -> Snapshot | None:
+    def commit(self, parent: Snapshot, edit: EditResult | dict, ignore=(), **figures) -> Snapshot | None:
         """``commit_or_decline`` for callers that need only the child (None: declined)."""
         child = self.commit_or_decline(parent, edit, ignore, **figures)
         return child if isinstance(child, Snapshot) else None

@@ -133,7 +133,7 @@ class Benchmark(ABC):
         return task.meta.get("dataset", self.name)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _code_digest(cls: type) -> str:
     """Digest of every file beside the module that defines ``cls`` (its package directory, data
     included): an edit to scoring code, instance generation or a shipped data file changes it.

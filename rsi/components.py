@@ -57,7 +57,7 @@ class Components:
     rules: tuple[Rule, ...]
 
     @classmethod
-    def load(cls, root: str | Path) -> "Components":
+    def load(cls, root: str | Path) -> Components:
         path = Path(root) / COMPONENTS_FILE
         if not path.is_file():
             raise ConfigError(f"{path}: missing components.yaml (ordered rules of {{name, glob}})")
@@ -68,7 +68,7 @@ class Components:
         return cls.parse(data, where=str(path))
 
     @classmethod
-    def parse(cls, data, where: str = COMPONENTS_FILE) -> "Components":
+    def parse(cls, data, where: str = COMPONENTS_FILE) -> Components:
         if isinstance(data, dict) and "components" in data:
             data = data["components"]
         if not isinstance(data, list) or not data:

@@ -12,8 +12,9 @@ import difflib
 import math
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, Iterable
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -307,7 +308,7 @@ def check_finite(raw: Any, where: str, prefix: str = "") -> None:
             raise ConfigError(f"{where}: {p}: must be a finite number (got {v!r})")
 
 
-def check_local_cpus(run: "RunConfig", where: str) -> None:
+def check_local_cpus(run: RunConfig, where: str) -> None:
     """A rollout asking for more CPUs than a local Ray has would wait forever, never start."""
     if run.ray.address != "local":
         return  # a cluster's size is known only once connected (and an autoscaler may grow it)

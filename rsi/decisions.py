@@ -56,7 +56,7 @@ class Decision(BaseModel):
         return dict(self.model_extra or {})
 
     @classmethod
-    def read(cls, line: dict) -> "Decision":
+    def read(cls, line: dict) -> Decision:
         """A stored line of any version (version 1 lines get a ``reason_code`` derived from
         their reason: declines already stored a code there)."""
         if "reason_code" not in line:

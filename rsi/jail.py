@@ -38,8 +38,8 @@ import shutil
 import stat
 import subprocess
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from rsi.errors import ConfigError
 
@@ -71,7 +71,7 @@ def bwrap_path() -> str | None:
     return shutil.which("bwrap", path=search)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def python_roots() -> tuple[str, ...]:
     """Directories the interpreter and its libraries live in (real paths, outermost only)."""
     cands = {
@@ -86,7 +86,7 @@ def python_roots() -> tuple[str, ...]:
     return tuple(r for r in roots if not any(r != o and r.startswith(o.rstrip("/") + "/") for o in roots))
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def masked_packages() -> tuple[str, ...]:
     """Directories of this project's packages that sit inside a bound root (a non-editable
     install puts them in site-packages): each is covered by an empty tmpfs in the jail."""
@@ -273,7 +273,7 @@ def exit_code(returncode: int) -> int:
     return -(returncode - 128) if 128 < returncode < 128 + 65 else returncode
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def probe(slot_uid: int | None) -> None:
     """Build one jail the way a rollout will (as ``slot_uid`` for a root caller) and run the
     interpreter in it; raise ``JailUnavailable`` naming what is missing. Cached per process."""

@@ -77,7 +77,7 @@ class LocalModelServer:
         self._server = None
         self.base_url = ""
 
-    def start(self) -> "LocalModelServer":
+    def start(self) -> LocalModelServer:
         try:
             import xllamacpp
         except ImportError:
@@ -107,7 +107,7 @@ class LocalModelServer:
         self._server = None
         self.base_url = ""
 
-    def __enter__(self) -> "LocalModelServer":
+    def __enter__(self) -> LocalModelServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -109,7 +109,7 @@ class ModelProxy:
         self._client = None
 
     # ---- lifecycle ---------------------------------------------------------------------------
-    def __enter__(self) -> "ModelProxy":
+    def __enter__(self) -> ModelProxy:
         parent = "/tmp" if os.path.isdir("/tmp") and os.access("/tmp", os.W_OK | os.X_OK) else None
         self.socket_dir = tempfile.mkdtemp(prefix="rsi-model-", dir=parent)
         try:

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 import re
 import string
-from typing import Iterable
+from collections.abc import Iterable
 
 from rsi.components import Components
-
 
 MIN_EVIDENCE_CHARS = 80
 
@@ -92,7 +91,7 @@ def render(template: str, **variables) -> str:
     literal braces as ``{{`` and ``}}``.
     """
     names = set()
-    for _, field, spec, _ in string.Formatter().parse(template):
+    for _, field, _spec, _ in string.Formatter().parse(template):
         if field is None:
             continue
         if not field.isidentifier():

@@ -20,8 +20,9 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.fs as pafs
@@ -80,7 +81,7 @@ class RunRecords:
 
     # ---- opening -------------------------------------------------------------------------
     @classmethod
-    def create(cls, storage: str, name: str, run_dir: str | None = None) -> "RunRecords":
+    def create(cls, storage: str, name: str, run_dir: str | None = None) -> RunRecords:
         uri = run_dir or new_run_uri(storage, name)
         fs, root = open_fs(uri)
         kind = fs.get_file_info(root).type
@@ -104,7 +105,7 @@ class RunRecords:
         return cls(fs, root, uri if "://" in uri else root)
 
     @classmethod
-    def open(cls, uri: str) -> "RunRecords":
+    def open(cls, uri: str) -> RunRecords:
         fs, root = open_fs(uri)
         if fs.get_file_info(f"{root}/config.yaml").type == pafs.FileType.NotFound:
             raise ConfigError(f"{uri} is not a run directory (no config.yaml)")
@@ -188,7 +189,7 @@ class RunRecords:
     def read_config(self) -> dict:
         return yaml.safe_load(self.read_bytes("config.yaml"))
 
-    def decision(self, decision: "Decision | dict") -> None:
+    def decision(self, decision: Decision | dict) -> None:
         """Append one decision, flushed and fsynced before the caller acts on it."""
         record = decision.record() if isinstance(decision, Decision) else decision
         count = self.decision_count()

@@ -6,8 +6,9 @@ is made (scores per task, reduced late).
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -76,7 +77,7 @@ class ScoreMatrix:
         self.scores = scores
 
     @classmethod
-    def from_table(cls, table: pa.Table, task_ids: Sequence[str] | None = None) -> "ScoreMatrix":
+    def from_table(cls, table: pa.Table, task_ids: Sequence[str] | None = None) -> ScoreMatrix:
         d = table.select(["task_id", "trial", "score"]).to_pydict()
         ids = list(task_ids) if task_ids is not None else sorted(set(d["task_id"]))
         index = {t: i for i, t in enumerate(ids)}
@@ -99,7 +100,7 @@ class ScoreMatrix:
         return float(np.mean(list(per_task.values()))) if per_task else 0.0
 
 
-def per_dataset_means(table: pa.Table, benchmark: "Benchmark", split: str) -> list[dict]:
+def per_dataset_means(table: pa.Table, benchmark: Benchmark, split: str) -> list[dict]:
     tasks = {t.task_id: t for t in benchmark.split(split)}
     d = table.select(["task_id", "score", "status"]).to_pydict()
     groups: dict[str, list[float]] = {}

@@ -95,7 +95,6 @@ def compare_rows(views: list[RunView]) -> list[tuple[str, list]]:
         lines.setdefault(label, [None] * len(views))[i] = value
 
     for i, v in enumerate(views):
-        s = v.summary or {}
         put("algorithm", i, v.algorithm)
         put("status", i, v.status())
         put("steps", i, v.steps)

@@ -77,9 +77,10 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from rsi import jail
 from rsi.errors import ConfigError, RsiError
@@ -212,7 +213,7 @@ def run_program(
     required_keys: Iterable[str] = (),
     harness: Mapping[str, str] | None = None,
     binds: Mapping[str, str] | None = None,
-    dialogue: "Dialogue | None" = None,
+    dialogue: Dialogue | None = None,
 ) -> Outcome:
     """Run one rollout to its end; every candidate behaviour comes back as an Outcome.
 
@@ -309,7 +310,7 @@ def _start(
     cwd: Path,
     env: dict[str, str],
     limits: Limits,
-    slot: "_Slot | None",
+    slot: _Slot | None,
     harness: dict[str, str] | None = None,
     binds: Mapping[str, str] | None = None,
 ):
@@ -422,7 +423,7 @@ def _jail_argv(tools: tuple[str, str], argv: list[str], rlimits, uid: int | None
     return [*cmd, *argv]
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _util_linux(become_uid: bool, keep_cap: bool) -> tuple[str, str] | None:
     """prlimit and setpriv, if this machine has both and they run the whole jail: tried once
     with the very flags a rollout uses, so a setpriv too old or too restricted falls back to
@@ -466,7 +467,7 @@ def _jail(rlimits, uid: int | None, keep_cap: bool) -> Callable[[], None]:
     return preexec
 
 
-def _rlimits(limits: Limits, slot: "_Slot | None", jailed: bool = False) -> list[tuple[int, tuple[int, int]]]:
+def _rlimits(limits: Limits, slot: _Slot | None, jailed: bool = False) -> list[tuple[int, tuple[int, int]]]:
     mb = 1024 * 1024
     cpu = limits.cpu_limit_s
     # the uid is the rollout's own: the count starts at its main process (in the jail also
@@ -560,7 +561,7 @@ class _Libc:
     capset: Any
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _has_cap(cap: int) -> bool:
     try:
         with open("/proc/self/status") as f:
@@ -603,7 +604,7 @@ class _Slot:
         self.clean = False
 
     @classmethod
-    def acquire(cls) -> "_Slot":
+    def acquire(cls) -> _Slot:
         if not sys.platform.startswith("linux"):
             raise RsiError("running rollouts as root is supported on Linux only; run as a normal user")
         if not (_has_cap(_CAP_SETUID) and _has_cap(_CAP_SETGID)):
@@ -748,7 +749,7 @@ def _slot_dir() -> str:
     raise RsiError(f"no writable directory for sandbox slot files among {_SLOT_DIRS}")
 
 
-def _kill_all(pid: int, slot: "_Slot | None") -> None:
+def _kill_all(pid: int, slot: _Slot | None) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):

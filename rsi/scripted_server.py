@@ -29,9 +29,10 @@ import re
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 Step = dict | str | Callable[[dict], Any]
 _CREDENTIAL_HEADERS = {"authorization", "x-api-key", "api-key"}
@@ -72,7 +73,7 @@ class ScriptedServer:
         self._httpd: ThreadingHTTPServer | None = None
 
     # ---- lifecycle -----------------------------------------------------------------------------
-    def start(self) -> "ScriptedServer":
+    def start(self) -> ScriptedServer:
         handler = type("Handler", (_Handler,), {"owner": self})
         self._httpd = ThreadingHTTPServer(("127.0.0.1", self.port), handler)
         self._httpd.daemon_threads = True
@@ -88,7 +89,7 @@ class ScriptedServer:
             self._httpd.server_close()
             self._httpd = None
 
-    def __enter__(self) -> "ScriptedServer":
+    def __enter__(self) -> ScriptedServer:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -137,7 +138,7 @@ def resolve(step: Step, body: dict) -> dict:
 
 def _calls(step: dict) -> list[dict]:
     out = []
-    for i, c in enumerate(step.get("tool_calls") or []):
+    for _i, c in enumerate(step.get("tool_calls") or []):
         args = c.get("arguments", {})
         out.append(
             {

@@ -14,9 +14,9 @@ import os
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Iterator, Mapping
 
 import yaml
 
@@ -155,7 +155,7 @@ class Snapshot:
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
-    def from_dir(cls, root: str | Path, secrets: Iterable[str] = ()) -> "Snapshot":
+    def from_dir(cls, root: str | Path, secrets: Iterable[str] = ()) -> Snapshot:
         """The seed version of a target directory. Problems here are the user's: ConfigError."""
         root = Path(root)
         if not root.is_dir():
@@ -208,7 +208,7 @@ class Snapshot:
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
 
-    def changed_paths(self, other: "Snapshot") -> list[str]:
+    def changed_paths(self, other: Snapshot) -> list[str]:
         """Paths whose bytes, label or executable bit differ (added and removed included)."""
         paths = set(self.files) | set(other.files)
         return sorted(p for p in paths if self.files.get(p) != other.files.get(p))
@@ -220,7 +220,7 @@ class Snapshot:
         evolve_scope: Iterable[str] | str | None = "*",
         secrets: Iterable[str] = (),
         ignore: Iterable[str] = (),
-    ) -> "Snapshot":
+    ) -> Snapshot:
         """The child version of an edited checkout, or ``Rejected(reason)``.
 
         ``ignore`` names top-level paths (e.g. read-only reference folders) that never enter
@@ -236,7 +236,7 @@ class Snapshot:
         evolve_scope: Iterable[str] | str | None = "*",
         secrets: Iterable[str] = (),
         ignore: Iterable[str] = (),
-    ) -> "Snapshot":
+    ) -> Snapshot:
         """``commit`` of an edited tree held in memory (``{path: (bytes, executable)}``, as a
         worker returns it): no round trip through a directory. Runtime artifacts and the
         top-level ``ignore`` folders are dropped first."""
@@ -265,7 +265,7 @@ class Snapshot:
         }
 
     @classmethod
-    def from_manifest(cls, manifest: dict, blobs: Mapping[str, bytes]) -> "Snapshot":
+    def from_manifest(cls, manifest: dict, blobs: Mapping[str, bytes]) -> Snapshot:
         """A stored snapshot, checked: safe paths, well-formed entries, blobs matching their
         digests, and an id matching the content (ConfigError otherwise)."""
         sid = manifest.get("snapshot_id") if isinstance(manifest, dict) else None

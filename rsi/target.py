@@ -18,9 +18,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from rsi import untrusted
 from rsi.benchmark import Benchmark, Task
 from rsi.config import TargetConfig
-from rsi import untrusted
 from rsi.errors import ConfigError
 from rsi.snapshot import Snapshot
 

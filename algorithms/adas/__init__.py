@@ -40,10 +40,10 @@ from algorithms.adas import _prompts
 from algorithms.adas.params import ADASParams
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
-from rsi.workers.base import EditResult
 from rsi.prompting import component_table, evidence, render, tagged
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot
+from rsi.workers.base import EditResult
 
 
 class ADAS(Algorithm):

@@ -48,11 +48,11 @@ from algorithms.ahe.manifest import ManifestError, flips, parse_manifest, passes
 from algorithms.ahe.params import AHEParams
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
-from rsi.workers.base import EditResult
 from rsi.errors import ConfigError
 from rsi.prompting import MIN_EVIDENCE_CHARS, component_table, evidence, render, split_budget
 from rsi.results import ScoreMatrix
 from rsi.snapshot import Snapshot, runtime_artifacts
+from rsi.workers.base import EditResult
 
 DECLINED_SHOWN = 4
 

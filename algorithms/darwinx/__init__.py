@@ -30,8 +30,8 @@ from algorithms.slots import ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
 from rsi.errors import ConfigError
-from rsi.records import dumps
 from rsi.prompting import evidence, render
+from rsi.records import dumps
 from rsi.results import Request, ScoreMatrix
 from rsi.snapshot import Snapshot
 from rsi.workers.base import REF_DIR, EditResult

@@ -71,7 +71,7 @@ class Candidate:
         }
 
     @classmethod
-    def from_record(cls, rec: dict, snapshot: Snapshot) -> "Candidate":
+    def from_record(cls, rec: dict, snapshot: Snapshot) -> Candidate:
         c = cls(index=rec["index"], snapshot=snapshot, step=rec["step"], kind=rec["kind"])
         for key in (
             "parent_id",

@@ -34,7 +34,6 @@ class DarwinXParams(AlgorithmParams):
     @model_validator(mode="after")
     def _policies(self):
         from algorithms.slots import build_rule
-
         from rsi.errors import ConfigError
 
         for name, spec in self.policies.items():

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 
@@ -68,7 +68,7 @@ class BinpackDomain:
     n_held_out: int = 3
     mutate: Mutate = offline_mutation
 
-    def problem(self, instance_id: int) -> "BinpackProblem":
+    def problem(self, instance_id: int) -> BinpackProblem:
         return BinpackProblem(
             self, *_item_lists(self.family, self.code, self.items, self.n_train, self.n_held_out, int(instance_id))
         )

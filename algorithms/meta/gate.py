@@ -31,7 +31,8 @@ import itertools
 import math
 import re
 import types
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from algorithms.meta.tree import PrioritySelection
 from algorithms.slots import slot as slot_spec

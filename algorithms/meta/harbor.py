@@ -34,10 +34,12 @@ import subprocess
 import tarfile
 import tempfile
 import time
-import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+
+import tomllib
 
 from algorithms.meta.inner import Expansion
 from rsi.errors import ConfigError

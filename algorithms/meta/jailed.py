@@ -37,9 +37,9 @@ import sys
 import tempfile
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from algorithms.meta.gate import InvalidProposal, prefilter
 from algorithms.meta.inner import InnerSearch

@@ -44,7 +44,7 @@ class Family:
     dead: float  # probability a new node is a dead end
     noise: float  # standard deviation of the train observation
 
-    def problem(self, instance_id: int) -> "Landscape":
+    def problem(self, instance_id: int) -> Landscape:
         return _landscape(self, int(instance_id))
 
 

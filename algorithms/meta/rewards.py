@@ -9,8 +9,8 @@ held-out value of the incumbent after sweep ``t``. An inner search whose policy 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 

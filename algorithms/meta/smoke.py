@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import math
 import random
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from algorithms.meta.gate import InvalidProposal
 from algorithms.meta.tree import Tree

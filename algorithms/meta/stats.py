@@ -9,8 +9,8 @@ its own family committed). So every gate decision carries its standard error, an
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 import numpy as np
 

@@ -16,8 +16,9 @@ A failed expansion is a node too, valued ``-inf``: dropping it would change ever
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from rsi.errors import RsiError
 
@@ -47,7 +48,7 @@ class PolicyError(RsiError):
 @dataclass(eq=False)
 class Node:
     index: int
-    parent: "Node | None" = field(repr=False)
+    parent: Node | None = field(repr=False)
     #: What ranking uses (train score); ``-inf`` for a failed expansion.
     value: float
     #: What the curve reports (held-out score); ``value`` when the domain has no held-out split.

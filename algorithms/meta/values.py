@@ -20,8 +20,9 @@ driver. Their ``compile`` builds in this process, for trusted text only.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from algorithms.meta.gate import (
     FACE_ARGS,

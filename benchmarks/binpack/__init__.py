@@ -10,8 +10,9 @@ ratio of means, (sum bins - sum L1) / sum L1, which ``excess_by_dataset`` and ``
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable, Literal
+from typing import Literal
 
 from pydantic import Field, field_validator
 

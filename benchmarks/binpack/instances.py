@@ -19,7 +19,7 @@ Instance ``i`` of a generated dataset draws from ``np.random.default_rng(SEEDS[f
 from __future__ import annotations
 
 import json
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 import numpy as np
@@ -50,7 +50,7 @@ def make_task(task_id: str, dataset: str, capacity: int, items: list[int]) -> Ta
     return Task(task_id, {"capacity": capacity, "items": items}, {"dataset": dataset, "l1": l1_bound(items, capacity)})
 
 
-@lru_cache(maxsize=None)
+@cache
 def _read(filename: str) -> dict:
     """Parsed once per process: the files are fixed package data, never mutated."""
     return json.loads((DATA / filename).read_text())

@@ -12,7 +12,7 @@ Stdlib and NumPy only: the skeleton loads this file by path inside the sandbox.
 
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 

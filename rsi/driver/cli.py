@@ -168,8 +168,8 @@ def cmd_validate(args, extra) -> int:
 
 
 def cmd_run(args, extra) -> int:
-    from rsi.report import print_summary
     from rsi.driver.runner import start_run
+    from rsi.report import print_summary
 
     run = start_run(args.config, _overrides(extra), args.run_dir)
     summary = run.execute()
@@ -179,8 +179,8 @@ def cmd_run(args, extra) -> int:
 
 def cmd_resume(args, extra) -> int:
     _no_extra(extra)
-    from rsi.report import print_summary
     from rsi.driver.resume import resume_run
+    from rsi.report import print_summary
 
     summary = resume_run(args.run_dir, args.allow_changed)
     print_summary(summary)

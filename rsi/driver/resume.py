@@ -13,10 +13,10 @@ from __future__ import annotations
 from pathlib import Path
 
 from rsi.config import load_config
+from rsi.driver.runner import Run, prepare
 from rsi.errors import ConfigError
 from rsi.progress import log
 from rsi.records import RunRecords
-from rsi.driver.runner import Run, prepare
 
 
 def unfinished(records: RunRecords) -> bool:

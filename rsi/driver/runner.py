@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -123,7 +122,7 @@ def keep_sources(records: RunRecords, benchmark: Benchmark) -> dict[str, str]:
     return digests
 
 
-def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> "Run":
+def start_run(config_path: str, overrides=(), run_dir: str | None = None) -> Run:
     prepared = prepare(load_config(config_path, overrides))
     run = prepared.config.run
     records = RunRecords.create(prepared.config.storage(), run.name, run_dir)

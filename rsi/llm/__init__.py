@@ -7,8 +7,8 @@ the CLI starts) on machines without them.
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from rsi.errors import ConfigError
 from rsi.llm.client import ChatClient, ChatResult, ToolCall

@@ -11,8 +11,8 @@ from __future__ import annotations
 import inspect
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
-from typing import Iterable
 
 from rsi.components import COMPONENTS_FILE
 from rsi.snapshot import RUNTIME_DIRS

@@ -47,7 +47,7 @@ class AgentWorker(ModelWorker):
         max_turns: int = Field(30, ge=1, le=500, description="model calls per edit at most")
         max_bad_tool_calls: int = Field(3, ge=1, description="malformed tool calls in a row that end the edit")
 
-    def __init__(self, config: "AgentWorker.Config", base_dir: Path, seed: int):
+    def __init__(self, config: AgentWorker.Config, base_dir: Path, seed: int):
         super().__init__(config, base_dir, seed)
         self.malformed_calls = 0
         self.transcript: list[dict] = []

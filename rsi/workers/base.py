@@ -23,7 +23,7 @@ class Usage:
     tokens_out: int = 0
     cost_usd: float = 0.0
 
-    def add(self, other: "Usage") -> None:
+    def add(self, other: Usage) -> None:
         self.calls += other.calls
         self.tokens_in += other.tokens_in
         self.tokens_out += other.tokens_out

@@ -53,7 +53,7 @@ class ClaudeCodeWorker(Worker):
                 )
             return v
 
-    def __init__(self, config: "ClaudeCodeWorker.Config", base_dir: Path, seed: int):
+    def __init__(self, config: ClaudeCodeWorker.Config, base_dir: Path, seed: int):
         super().__init__()
         self.executable = shutil.which("claude")
         if self.executable is None:

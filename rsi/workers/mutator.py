@@ -103,7 +103,7 @@ class MutatorWorker(Worker):
         )
         weights: OperatorWeights = Field(default_factory=OperatorWeights, description="relative operator frequencies")
 
-    def __init__(self, config: "MutatorWorker.Config", base_dir: Path | None = None, seed: int = 0):
+    def __init__(self, config: MutatorWorker.Config, base_dir: Path | None = None, seed: int = 0):
         super().__init__()
         self.config = config
         self.rng = np.random.default_rng([seed % 2**63, config.seed_offset])

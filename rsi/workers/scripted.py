@@ -80,7 +80,7 @@ class ScriptedWorker(Worker):
         replicas: int = Field(1, ge=1, description="worker actors; each replays the same script from its start")
         script: str = Field(..., description="YAML script of recorded edits, relative to the config file")
 
-    def __init__(self, config: "ScriptedWorker.Config", base_dir: Path, seed: int = 0):
+    def __init__(self, config: ScriptedWorker.Config, base_dir: Path, seed: int = 0):
         super().__init__()
         self.config = config
         self.path = (Path(base_dir) / config.script).resolve()
