@@ -46,7 +46,10 @@ class ArchiveClient:
         name = f"rsi-archive-{run_id}"
         # Beside the driver, like the evaluator: losing a worker node must not lose the archive.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.actor = ArchiveActor.options(name=name, get_if_exists=True, scheduling_strategy=here).remote(run_uri)
+        # ray.remote made ArchiveActor an ActorClass; mypy ignores class decorators (python/mypy#3135)
+        self.actor = ArchiveActor.options(  # type: ignore[attr-defined]
+            name=name, get_if_exists=True, scheduling_strategy=here
+        ).remote(run_uri)
 
     def append(self, entry: dict) -> int:
         return ray.get(self.actor.append.remote(entry))

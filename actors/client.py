@@ -7,6 +7,9 @@ caller sees them, so a decision never rests on a measurement that is not on stor
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
@@ -39,14 +42,17 @@ class EvaluatorClient:
         name: str | None = None,
         fingerprint: str | None = None,
     ):
-        opts = {"name": name, "lifetime": None} if name else {}
+        opts: dict[str, Any] = {"name": name, "lifetime": None} if name else {}
         # Pinned to the driver's node: it owns every rollout task of the run, and a lost driver
         # node ends the run anyway, so this placement adds no point of failure. (A soft affinity
         # is not enough: Ray places a zero-CPU actor elsewhere when the driver's node has no CPUs.)
         opts["scheduling_strategy"] = NodeAffinitySchedulingStrategy(
             ray.get_runtime_context().get_node_id(), soft=False
         )
-        actor = Evaluator.options(**opts).remote(run_id, target, config, run_seed, deterministic, fingerprint)
+        # ray.remote made Evaluator an ActorClass; mypy ignores class decorators (python/mypy#3135)
+        actor = Evaluator.options(**opts).remote(  # type: ignore[attr-defined]
+            run_id, target, config, run_seed, deterministic, fingerprint
+        )
         return cls(actor, records)
 
     def split_ids(self, split: str) -> list[str]:
@@ -63,7 +69,7 @@ class EvaluatorClient:
     ) -> pa.Table:
         return self.evaluate_many([Request(snapshot, split, task_ids, trials, salt)], label=label)[0]
 
-    def evaluate_many(self, requests: list[Request], label: str = "") -> list[pa.Table]:
+    def evaluate_many(self, requests: Sequence[Request], label: str = "") -> list[pa.Table]:
         """Run several measurements concurrently (e.g. parent and candidate); order kept."""
         refs = [self.actor.evaluate.remote(r) for r in requests]
         pending = set(refs)
@@ -76,7 +82,7 @@ class EvaluatorClient:
         wait_with_progress(done, lambda: ray.get(self.actor.progress.remote()), label or "evaluating")
         return self._record([ray.get(ref) for ref in refs], requests)
 
-    def _record(self, results: list[tuple], requests: list[Request]) -> list[pa.Table]:
+    def _record(self, results: list[tuple], requests: Sequence[Request]) -> list[pa.Table]:
         """Store the freshly executed rows of one call, all its requests together: one traces
         file and one Parquet file per call (a gate round's five measurements are one file,
         not five ~4 KB footers), written before any caller sees a row."""

@@ -39,7 +39,8 @@ class _Progress:
     started: float = field(default_factory=time.monotonic)
 
 
-@ray.remote(num_cpus=0, max_concurrency=32)
+# ray's typed overloads of ray.remote(...) list task options only, not an actor's max_concurrency
+@ray.remote(num_cpus=0, max_concurrency=32)  # type: ignore[call-overload]
 class Evaluator:
     def __init__(
         self,

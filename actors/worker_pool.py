@@ -16,7 +16,7 @@ import os
 import shutil
 import stat
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import ray
@@ -136,16 +136,15 @@ def _writable(root: Path) -> None:
 class WorkerPool:
     """Driver-side view of the worker actors; replica i gets seed ``run_seed + i``."""
 
-    def __init__(self, worker_cfg, base_dir: Path, seed: int, states: list[dict] | None = None):
+    def __init__(self, worker_cfg, base_dir: Path, seed: int, states: Sequence[dict | None] | None = None):
         n = getattr(worker_cfg, "replicas", 1)
         states = states or [None] * n
         # Pinned to the driver's node: an actor lost with another node would restart from the
         # run's initial ``states`` and replay edits already used; the driver's node ends the run anyway.
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        self.actors = [
-            WorkerActor.options(scheduling_strategy=here).remote(worker_cfg, str(base_dir), seed + i, states[i])
-            for i in range(n)
-        ]
+        # ray.remote made WorkerActor an ActorClass; mypy ignores class decorators (python/mypy#3135)
+        actor_class = WorkerActor.options(scheduling_strategy=here)  # type: ignore[attr-defined]
+        self.actors = [actor_class.remote(worker_cfg, str(base_dir), seed + i, states[i]) for i in range(n)]
 
     def __len__(self) -> int:
         return len(self.actors)
@@ -153,14 +152,14 @@ class WorkerPool:
     def edit(self, i: int, parent: Snapshot, prompt: str, references=None) -> EditResult:
         return ray.get(self.actors[i % len(self.actors)].edit.remote(parent, prompt, references))
 
-    def edit_many(self, jobs: list[tuple[Snapshot, str, dict | None]]) -> list[EditResult]:
+    def edit_many(self, jobs: Sequence[tuple[Snapshot, str, dict[str, Snapshot] | None]]) -> list[EditResult]:
         refs = [self.actors[i % len(self.actors)].edit.remote(*job) for i, job in enumerate(jobs)]
         return ray.get(refs)
 
     def ask(self, i: int, prompt: str) -> tuple[str, dict]:
         return ray.get(self.actors[i % len(self.actors)].ask.remote(prompt))
 
-    def ask_many(self, prompts: list[str]) -> list[tuple[str, dict]]:
+    def ask_many(self, prompts: Sequence[str]) -> list[tuple[str, dict]]:
         """Round-robin over the actors, each answering one call at a time (so at most
         ``replicas`` are in flight); replies in prompt order, whatever order they finish in.
         A failed call raises here."""

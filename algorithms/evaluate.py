@@ -16,6 +16,7 @@ class EvaluateParams(AlgorithmParams):
 
 class Evaluate(Algorithm):
     Params = EvaluateParams
+    params: EvaluateParams
 
     def seed(self) -> None:
         """The whole algorithm: the target as given, measured on train and dev."""

@@ -17,17 +17,19 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from rsi.benchmark import Benchmark
+from rsi.config import Resolved
 from rsi.decisions import Decision
 from rsi.errors import ConfigError, Rejected, SeedFailed
 from rsi.progress import log, phase, status
 from rsi.prompting import evidence
 from rsi.records import RunRecords
 from rsi.results import ScoreMatrix
+from rsi.seams import Archive, Evaluator, Proposers
 from rsi.snapshot import Snapshot
 from rsi.workers.base import EditResult
 
@@ -39,15 +41,18 @@ class AlgorithmParams(BaseModel):
 
 @dataclass
 class RunContext:
-    config: Any  # rsi.config.Resolved
+    """What a run hands its algorithm. The seams (``rsi.seams``) are Protocols: the driver
+    passes the Ray-backed ``actors`` implementations, tests pass in-process fakes."""
+
+    config: Resolved
     records: RunRecords
-    evaluator: Any  # actors.client.EvaluatorClient
+    evaluator: Evaluator  # actors.client.EvaluatorClient
     benchmark: Benchmark
     seed_snapshot: Snapshot
-    workers: Any = None  # actors.worker_pool.WorkerPool or None
+    archive: Archive  # actors.archive.ArchiveClient
+    workers: Proposers | None = None  # actors.worker_pool.WorkerPool; None for an algorithm without a worker
     secrets: list[str] = field(default_factory=list)
     run_id: str = ""
-    archive: Any = None  # actors.archive.ArchiveClient
 
 
 class Algorithm:
@@ -63,6 +68,14 @@ class Algorithm:
         self.step = 0
         self.seeded = False  # the seed version measured and decided (restored on resume)
         self.rng = random.Random(ctx.config.run.seed)
+
+    @property
+    def workers(self) -> Proposers:
+        """The run's worker pool, for an algorithm with a ``worker_kind`` (``check_config``
+        refuses a config that gives such an algorithm no worker)."""
+        if self.ctx.workers is None:
+            raise ConfigError(f"algorithm {self.params.name!r} needs a worker, and the run has none")
+        return self.ctx.workers
 
     # ---- startup validation ------------------------------------------------------------------
     @classmethod

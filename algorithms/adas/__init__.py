@@ -62,6 +62,13 @@ class ADAS(Algorithm):
         self.best_score = 0.0
         self.declined_designs: list[dict] = []
 
+    @property
+    def leader(self) -> Snapshot:
+        """The archive's leader: the seed's from ``seed`` on (or the one a resume restores)."""
+        if self.best is None:
+            raise RuntimeError("ADAS has no leader before the seed is measured")
+        return self.best
+
     # ---- the loop (the base runs it: seed, then step_once until max_steps, then finish) ------
     def step_once(self) -> None:
         self.step += 1
@@ -86,8 +93,8 @@ class ADAS(Algorithm):
         self.best, self.best_score = snap, score
 
     def search_step(self) -> None:
-        parent = self.best  # the archive leader (the earlier design on ties), not the last candidate
-        with self.ctx.workers.session(0, parent) as session:
+        parent = self.leader  # the archive leader (the earlier design on ties), not the last candidate
+        with self.workers.session(0, parent) as session:
             account = self.described(session.edit(self.design_prompt(parent)), "")
             for r in range(1, self.p.num_reflections + 1):
                 account = self.described(session.edit(self.reflect_prompt(r, account)), account)
@@ -122,7 +129,7 @@ class ADAS(Algorithm):
     def finish(self) -> Snapshot:
         index = self.best_index()
         return self.promote(
-            self.best,
+            self.leader,
             f"highest dev score in the archive ({self.best_score:.4f})",
             reason_code="highest_dev_score",
             score=self.best_score,

@@ -85,6 +85,13 @@ class AHE(Algorithm):
         self.lineage: list[dict] = []
         self.diagnosis: tuple[str | None, dict] = (None, {})
 
+    @property
+    def version(self) -> Snapshot:
+        """The latest kept version: the seed's from ``seed`` on (or the one a resume restores)."""
+        if self.current is None:
+            raise RuntimeError("AHE has no current version before the seed is measured")
+        return self.current
+
     # ---- the loop (the base runs it: seed, then step_once until done, then finish) ------------
     def done(self) -> bool:
         if self.step >= self.p.max_steps:
@@ -92,8 +99,8 @@ class AHE(Algorithm):
         if self.train_mean() >= self.p.target_score - 1e-12:
             self.decide(
                 "stop",
-                self.current.snapshot_id,
-                self.current.parent_id,
+                self.version.snapshot_id,
+                self.version.parent_id,
                 reason_code="target_score",
                 reason=f"train mean {self.train_mean():.4f} reached target_score {self.p.target_score}",
                 train_mean=self.train_mean(),
@@ -107,7 +114,7 @@ class AHE(Algorithm):
 
     def finish(self) -> Snapshot:
         return self.promote(
-            self.current,
+            self.version,
             "the latest kept version (every valid edit is kept)",
             reason_code="latest_kept",
             train_mean=self.train_mean(),
@@ -131,7 +138,7 @@ class AHE(Algorithm):
         self.adopt(snap)
 
     def evolve_round(self) -> None:
-        parent = self.current
+        parent = self.version
         if not self.p.use_debugger:
             diagnosis = self.raw_traces()
         elif self.diagnosis[0] == parent.snapshot_id:
@@ -139,7 +146,7 @@ class AHE(Algorithm):
         else:
             diagnosis = self.debug(parent)
             self.diagnosis = (parent.snapshot_id, diagnosis)
-        edited = self.ctx.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
+        edited = self.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
         reply = edited.reply
         child, discarded = self.commit_edit(parent, edited)
         if child is None:
@@ -199,7 +206,7 @@ class AHE(Algorithm):
         the worker pool, then one synthesis. A failed call raises."""
         tasks = self.failures_first()[: self.p.debugger_max_tasks]
         prompts = [self.debug_prompt(version, i, t) for i, t in enumerate(tasks)]
-        reports = {t: reply for t, (reply, _usage) in zip(tasks, self.ctx.workers.ask_many(prompts))}
+        reports = {t: reply for t, (reply, _usage) in zip(tasks, self.workers.ask_many(prompts))}
         blocks = [f"### {t} ({self.means[t]:.3f}, {self.status[t]})\n{reports[t]}" for t in tasks]
         score_lines = self.score_lines()
         part = split_budget(
@@ -212,7 +219,7 @@ class AHE(Algorithm):
             reports=evidence(blocks, max(part["reports"], MIN_EVIDENCE_CHARS), keep="first"),
         )
         self.record_prompt("synthesis", text)
-        synthesis, _usage = self.ctx.workers.ask(0, text)
+        synthesis, _usage = self.workers.ask(0, text)
         return {"synthesis": synthesis, "reports": blocks}
 
     def debug_prompt(self, version: Snapshot, i: int, task_id: str) -> str:
@@ -339,7 +346,7 @@ class AHE(Algorithm):
     # ---- resume --------------------------------------------------------------------------
     def extra_state(self) -> dict:
         return {
-            "current": self.current.snapshot_id,
+            "current": self.version.snapshot_id,
             "means": self.means,
             "status": self.status,
             "trace_refs": self.trace_refs,

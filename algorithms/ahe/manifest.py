@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from typing import Literal, TypedDict
 
 from rsi.prompting import tagged
 
@@ -121,16 +122,27 @@ def passes(score: float) -> bool:
     return score >= PASS_SCORE - 1e-9
 
 
-def flips(before: dict[str, float], after: dict[str, float]) -> dict[str, list[str]]:
+class Flips(TypedDict):
+    """The train tasks by what a candidate did to them (each list in task order)."""
+
+    fail_to_pass: list[str]
+    pass_to_fail: list[str]
+    unchanged: list[str]
+
+
+def flips(before: dict[str, float], after: dict[str, float]) -> Flips:
     """Per task, in task order: fail_to_pass, pass_to_fail, unchanged (pass/fail unchanged)."""
-    out = {"fail_to_pass": [], "pass_to_fail": [], "unchanged": []}
+    out: Flips = {"fail_to_pass": [], "pass_to_fail": [], "unchanged": []}
     for t in before:
         was, now = passes(before[t]), passes(after.get(t, 0.0))
-        out["fail_to_pass" if now and not was else "pass_to_fail" if was and not now else "unchanged"].append(t)
+        key: Literal["fail_to_pass", "pass_to_fail", "unchanged"] = (
+            "fail_to_pass" if now and not was else "pass_to_fail" if was and not now else "unchanged"
+        )
+        out[key].append(t)
     return out
 
 
-def verdict(change: Change, flipped: dict[str, list[str]]) -> dict:
+def verdict(change: Change, flipped: Flips) -> dict:
     """EFFECTIVE: every declared fix task flipped (no declared risk realised); PARTIALLY_EFFECTIVE:
     some did; MIXED: flips and realised risks; HARMFUL: only realised risks; INEFFECTIVE: neither
     (a change declaring no fix task can only be INEFFECTIVE or HARMFUL)."""
@@ -157,7 +169,7 @@ def verdict(change: Change, flipped: dict[str, list[str]]) -> dict:
     }
 
 
-def unattributed_regressions(manifest: Manifest, flipped: dict[str, list[str]]) -> list[str]:
+def unattributed_regressions(manifest: Manifest, flipped: Flips) -> list[str]:
     """pass_to_fail tasks that no change declared as a risk: what the manifest missed."""
     predicted = {t for c in manifest.changes for t in c.risk_tasks}
     return [t for t in flipped["pass_to_fail"] if t not in predicted]

@@ -43,7 +43,14 @@ class Proposal:
     kind: str  # mutation | recombination
     parent: Candidate
     donor: Candidate | None = None
-    candidate: Candidate | None = None
+    candidate: Candidate | None = None  # None: the edit was declined
+
+    @property
+    def committed(self) -> Candidate:
+        """The candidate of a proposal whose edit was committed (the ones measured)."""
+        if self.candidate is None:
+            raise ValueError(f"the proposal of step {self.step} has no committed candidate")
+        return self.candidate
 
 
 class DarwinX(Algorithm):
@@ -119,7 +126,8 @@ class DarwinX(Algorithm):
 
     def propose(self, n: int) -> list[Proposal]:
         """Choose parents (or merge pairs) in order, then let the workers edit concurrently."""
-        proposals, jobs = [], []
+        proposals: list[Proposal] = []
+        jobs: list[tuple[Snapshot, str, dict[str, Snapshot] | None]] = []
         for j in range(n):
             step = self.step + 1 + j
             pair = self._next_pair() if self.p.merge_every and step % self.p.merge_every == 0 else None
@@ -149,7 +157,7 @@ class DarwinX(Algorithm):
                 self.record_prompt("mutate", prompt, step=step)
                 jobs.append((parent.snapshot, prompt, None))
             proposals.append(prop)
-        results = self.ctx.workers.edit_many(jobs)
+        results = self.workers.edit_many(jobs)
         known = {c.snapshot_id for c in self.archive}
         for prop, edited in zip(proposals, results):
             reply = edited.reply
@@ -176,15 +184,15 @@ class DarwinX(Algorithm):
         for p in live:
             cand, primary, reference = screens[p.step]
             ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
-            p.candidate.screen_means, p.candidate.level = cand, "screen"
+            p.committed.screen_means, p.committed.level = cand, "screen"
             code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
             self.decide(
                 "screen",
-                p.candidate.snapshot_id,
+                p.committed.snapshot_id,
                 p.parent.snapshot_id,
                 accepted=ok,
                 step=p.step,
-                donor_id=p.candidate.donor_id,
+                donor_id=p.committed.donor_id,
                 reason_code=code,
                 reason=reason,
                 level="screen",
@@ -199,7 +207,7 @@ class DarwinX(Algorithm):
             if ok:
                 passed.append(p)
             else:
-                p.candidate.gain, p.candidate.regression_mass = gain, regression
+                p.committed.gain, p.committed.regression_mass = gain, regression
                 self._archive(p, improved=[t for t in cand if cand[t] > primary[t]], regressed=[])
         confirms = self._measure_all(passed, "confirm", lambda p: None, self.p.confirm_samples)
         for p in passed:
@@ -220,7 +228,7 @@ class DarwinX(Algorithm):
 
     # ---- gates ---------------------------------------------------------------------------
     def _confirm(self, p: Proposal, cand: dict, primary: dict, reference: dict, tables) -> None:
-        c = p.candidate
+        c = p.committed
         inherited = set(p.parent.invariant)
         if p.donor is not None:
             inherited |= p.donor.invariant | p.parent.solved | p.donor.solved
@@ -277,7 +285,7 @@ class DarwinX(Algorithm):
             sides = [("parent", p.parent.snapshot)]
             if p.donor is not None:
                 sides.append(("donor", p.donor.snapshot))
-            sides.append(("candidate", p.candidate.snapshot))
+            sides.append(("candidate", p.committed.snapshot))
             for role, snap in sides:
                 requests.append(Request(snap, "train", tasks_of(p), samples, f"s{p.step}/{level}/{role}"))
             layout.append((p, [r for r, _ in sides]))
@@ -305,7 +313,8 @@ class DarwinX(Algorithm):
             main, other = by_id[primary.entry_id], by_id[donor.entry_id]
             if not main.admitted and other.admitted:
                 main, other = other, main
-            key = tuple(sorted((main.snapshot_id, other.snapshot_id)))
+            low, high = sorted((main.snapshot_id, other.snapshot_id))
+            key = (low, high)
             if main.admitted and key not in self.tried_pairs:
                 self.tried_pairs.add(key)
                 return main, other
@@ -346,7 +355,7 @@ class DarwinX(Algorithm):
         return child
 
     def _archive(self, p: Proposal, improved: list, regressed: list, lost: list | None = None) -> None:
-        c = p.candidate
+        c = p.committed
         prompt = render(
             _prompts.DISTIL,
             reply=c.reply[-2000:] or "(none)",
@@ -359,7 +368,7 @@ class DarwinX(Algorithm):
             regressed=regressed or "none",
         )
         self.record_prompt("distil", prompt, step=p.step)
-        c.learning, _usage = self.ctx.workers.ask(p.step, prompt)
+        c.learning, _usage = self.workers.ask(p.step, prompt)
         self.archive.append(c)
         c.index = len(self.archive) - 1
         self.ctx.archive.append(c.record())

@@ -95,7 +95,7 @@ class Candidate:
 def common_ancestor(a: Candidate, b: Candidate, by_id: dict[str, Candidate]) -> Candidate:
     """Lowest common ancestor along ``parent_id`` links (donor links are not ancestry)."""
     seen = set()
-    node = a
+    node: Candidate | None = a
     while node is not None:
         seen.add(node.snapshot_id)
         node = by_id.get(node.parent_id) if node.parent_id else None

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 from pydantic import Field, field_validator
 
@@ -28,6 +28,9 @@ from algorithms.meta.jailed import HARNESS, support_files
 from algorithms.meta.rewards import Reward, reward_named
 from rsi.benchmark import Benchmark, BenchmarkParams, Score, Task
 from rsi.errors import ConfigError
+
+if TYPE_CHECKING:
+    from algorithms.meta.binpack import BinpackDomain
 
 #: First instance id of each split. Sizes are capped below the gaps, so the ranges never
 #: overlap, and resizing the hold-out never changes which instances the oracle or validation use.
@@ -71,6 +74,7 @@ class MetaBenchmark(Benchmark):
     rollout cache's fingerprint."""
 
     Params: ClassVar[type[MetaParams]] = MetaParams
+    params: MetaParams
     harness: ClassVar[Path | None] = HARNESS
     harness_support: ClassVar[tuple[Path, ...]] = support_files()
     source: ClassVar[str]
@@ -108,8 +112,9 @@ class MetaBenchmark(Benchmark):
     def score(self, task: Task, output: dict, trial: int) -> Score:
         """The policy target computes the meta-reward itself; this reads it back from an output."""
         value = output.get("score") if isinstance(output, dict) else None
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        return Score(min(max(float(value), 0.0), 1.0) if ok else 0.0)
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return Score(min(max(float(value), 0.0), 1.0))
+        return Score(0.0)
 
     def report(self, table, split: str) -> list[dict]:
         rows = super().report(table, split)
@@ -173,10 +178,12 @@ class BinpackSearchBenchmark(MetaBenchmark):
 
     name = "meta_binpack"
     Params = BinpackParams
+    params: BinpackParams
     source = "binpack-or"
     target = "binpack-weibull"
 
     def domain(self, name: str) -> Domain:
         p = self.params
         items = p.items if name == self.source else p.target_items
-        return dataclasses.replace(domain_named(name), items=items, n_train=p.lists, n_held_out=p.lists)
+        base = cast("BinpackDomain", domain_named(name))  # both families of this suite are bin packing
+        return dataclasses.replace(base, items=items, n_train=p.lists, n_held_out=p.lists)

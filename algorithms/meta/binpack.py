@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -45,7 +45,7 @@ def _build(source: str) -> Callable:
     return namespace["priority"]
 
 
-def quality(priority: Callable, item_lists: list, capacity: int) -> float:
+def quality(priority: Callable, item_lists: Sequence, capacity: int) -> float:
     """Mean ``l1_bound / bins`` over the lists; NaN when the program fails on any of them."""
     try:
         with np.errstate(all="ignore"):

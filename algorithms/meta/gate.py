@@ -214,7 +214,7 @@ def _restricted_import(allowed: frozenset) -> Callable:
 
 def _face_function_object(module: ast.Module) -> Callable:
     tree = ast.fix_missing_locations(_FloatConstants().visit(module))
-    namespace = {
+    namespace: dict[str, Any] = {
         "__builtins__": FACE_BUILTINS | _ANNOTATIONS | {"__import__": _restricted_import(frozenset({"math"}))},
         "math": math,
     }
@@ -351,7 +351,7 @@ SAFE_BUILTINS = {
 }
 
 
-def _check_import(node: ast.AST) -> None:
+def _check_import(node: ast.Import | ast.ImportFrom) -> None:
     where = f"line {node.lineno}"
     if isinstance(node, ast.Import):
         for alias in node.names:
@@ -362,7 +362,7 @@ def _check_import(node: ast.AST) -> None:
         return
     if node.level:
         raise InvalidProposal(f"{where}: relative imports are not allowed")
-    allowed = VALUE_TYPES.get(node.module)
+    allowed = VALUE_TYPES.get(node.module or "")  # module is None only in a relative import, refused above
     if node.module in IMPORTS:
         return
     if allowed is None:

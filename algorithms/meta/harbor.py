@@ -31,6 +31,7 @@ import random
 import shutil
 import signal
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -38,8 +39,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import tomllib
 
 from algorithms.meta.inner import Expansion
 from rsi.errors import ConfigError
@@ -71,15 +70,25 @@ class HarborTask:
         return self.path / "environment" / "workspace"
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    if sys.version_info >= (3, 11):
+        # The standard library's TOML parser (Python 3.11 on), imported here so that this module
+        # stays importable on 3.10 (requires-python), where a Harbor task cannot be read.
+        import tomllib
+
+        try:
+            return tomllib.loads(path.read_text())
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from None
+    raise ConfigError(f"{path}: reading a Harbor task needs Python >= 3.11 (tomllib)")
+
+
 def load_task(path: str | Path) -> HarborTask:
     root = Path(path)
     missing = [f for f in REQUIRED if not (root / f).is_file()]
     if missing:
         raise ConfigError(f"{root} is not a Harbor task: missing {', '.join(missing)}")
-    try:
-        config = tomllib.loads((root / "task.toml").read_text())
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{root / 'task.toml'}: {exc}") from None
+    config = _read_toml(root / "task.toml")
     name = config.get("task", {}).get("name") or root.name
     return HarborTask(root, name, (root / "instruction.md").read_text(), config)
 
@@ -194,8 +203,9 @@ class DockerRunner:
     client: Any = None
 
     def _image(self, task: HarborTask) -> str:
-        if self.image or task.docker_image:
-            return self.image or task.docker_image
+        image = self.image or task.docker_image
+        if image:
+            return image
         tag = f"rsi-harbor-{task.path.name.lower()}"
         self.client.images.build(path=str(task.path / "environment"), tag=tag)
         return tag

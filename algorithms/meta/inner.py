@@ -44,7 +44,8 @@ class InnerProblem(Protocol):
 
 
 class Domain(Protocol):
-    name: str
+    @property
+    def name(self) -> str: ...  # read-only: the domains are frozen dataclasses
 
     def problem(self, instance_id: int) -> InnerProblem: ...
 

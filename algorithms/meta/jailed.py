@@ -114,7 +114,7 @@ def check_in_jail(source: str, face: str, limits: Limits | None = None) -> None:
             harness=mounts(),
             required_keys=("ok",),
         )
-    if out.status != "ok":
+    if out.status != "ok" or out.output is None:  # an ok outcome always carries its output
         raise InvalidProposal(f"the proposal check ended {out.status} in the jail: {out.reason}")
     if out.output.get("ok") is True:
         return
@@ -196,8 +196,8 @@ class SearchDialogue(Dialogue):
         numbers = head.split()
         if len(numbers) % 3 or not all(n.isdigit() and len(n) <= 12 for n in numbers):
             raise DialogueError(f"round answer: selections must be 'search node faults' triples, got {head[:60]!r}")
-        numbers = [int(n) for n in numbers]
-        selected = [tuple(numbers[i : i + 3]) for i in range(0, len(numbers), 3)]
+        ints = [int(n) for n in numbers]
+        selected = [tuple(ints[i : i + 3]) for i in range(0, len(ints), 3)]
         endings = []
         if tab:
             try:

@@ -36,7 +36,7 @@ class Family:
     code: int  # separates the instance streams of families
     dim: int
     peaks: int
-    width: tuple  # (low, high) of a peak's standard deviation
+    width: tuple[float, float]  # (low, high) of a peak's standard deviation
     ripple: float  # amplitude of the rugged term
     frequency: float  # ripple cycles per unit
     step: float  # standard deviation of an expansion's step

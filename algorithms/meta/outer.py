@@ -57,7 +57,27 @@ class Candidate:
     gate: GateResult | None = None
     oracle: GateResult | None = None
     refs: dict | None = None
-    scores: list | None = None
+    scores: list[float] | None = None
+
+    # ``gate`` and ``scores`` are set by ``MetaEvolve.gate`` for every measured candidate,
+    # ``oracle`` by ``MetaEvolve.confirm`` for every gate pass: these read them once set.
+    @property
+    def gate_result(self) -> GateResult:
+        if self.gate is None:
+            raise ValueError(f"candidate {self.snapshot.snapshot_id} has not been gated")
+        return self.gate
+
+    @property
+    def oracle_result(self) -> GateResult:
+        if self.oracle is None:
+            raise ValueError(f"candidate {self.snapshot.snapshot_id} has not been confirmed")
+        return self.oracle
+
+    @property
+    def gate_scores(self) -> list[float]:
+        if self.scores is None:
+            raise ValueError(f"candidate {self.snapshot.snapshot_id} has not been gated")
+        return self.scores
 
 
 def figures(g: GateResult | None, prefix: str = "") -> dict:
@@ -150,6 +170,14 @@ class MetaEvolve(Algorithm):
         self.seen = {self.rule(self.incumbent)}
         self.history: list[dict] = []
 
+    @property
+    def meta_benchmark(self) -> MetaBenchmark:
+        """The run's benchmark, a meta benchmark (``check_benchmark`` refuses any other)."""
+        benchmark = self.ctx.benchmark
+        if not isinstance(benchmark, MetaBenchmark):
+            raise ConfigError(f"benchmark {benchmark.name!r}: the meta loop needs a meta benchmark")
+        return benchmark
+
     # ---- the loop (the base runs it: seed, then a round per step until max_rounds, then finish) ---
     def seed(self) -> None:
         self.measure_seed()
@@ -201,7 +229,7 @@ class MetaEvolve(Algorithm):
         (table,) = self.ctx.evaluator.evaluate_many([Request(self.incumbent, "train", salt="gate")], label="seed")
         self.incumbent_scores = self.vector(table, self.train_ids)
         self.incumbent_refs = self.refs(table)
-        info = self.ctx.benchmark.describe()
+        info = self.meta_benchmark.describe()
         self.decide(
             "seed",
             self.incumbent.snapshot_id,
@@ -223,13 +251,13 @@ class MetaEvolve(Algorithm):
         verdicts = self.judge(texts)
         cands = [c for c in (self.candidate(t, verdicts.get(t)) for t in texts) if c is not None]
         self.gate(cands)
-        confirmed = self.confirm([c for c in cands if c.gate.accepted])
+        confirmed = self.confirm([c for c in cands if c.gate_result.accepted])
         parent = self.incumbent
-        best = max(confirmed, key=lambda c: c.oracle.mean_gain) if confirmed else None
+        best = max(confirmed, key=lambda c: c.oracle_result.mean_gain) if confirmed else None
         if best is not None:
             if self.p.confirm:
                 second, oracle = (
-                    f"oracle gain {best.oracle.mean_gain:+.4f} ± {best.oracle.se:.4f}",
+                    f"oracle gain {best.oracle_result.mean_gain:+.4f} ± {best.oracle_result.se:.4f}",
                     figures(best.oracle, "oracle_"),
                 )
             else:
@@ -240,24 +268,28 @@ class MetaEvolve(Algorithm):
                 parent.snapshot_id,
                 accepted=True,
                 reason_code="new_incumbent",
-                reason=f"new incumbent: hold-out gain {best.gate.mean_gain:+.4f} ± {best.gate.se:.4f}, {second}",
+                reason=f"new incumbent: hold-out gain {best.gate_result.mean_gain:+.4f} ± {best.gate_result.se:.4f}, {second}",
                 confirmed=self.p.confirm,
                 round=self.round,
                 **figures(best.gate),
                 **oracle,
                 rule=best.text,
             )
-            self.incumbent, self.incumbent_refs, self.incumbent_scores = best.snapshot, best.refs or {}, best.scores
+            self.incumbent, self.incumbent_refs, self.incumbent_scores = (
+                best.snapshot,
+                best.refs or {},
+                best.gate_scores,
+            )
             self.admitted.append(best.snapshot.snapshot_id)
-        top = max(cands, key=lambda c: c.gate.z) if cands else None
+        top = max(cands, key=lambda c: c.gate_result.z) if cands else None
         decision = (
             f"admitted {best.snapshot.snapshot_id}"
             if best
             else "not confirmed on the oracle set"
-            if any(c.gate.accepted for c in cands)
+            if any(c.gate_result.accepted for c in cands)
             else "nothing passed the gate"
         )
-        shown = f"best {fmt_gate(top.gate)}" if top else "no candidate measured"
+        shown = f"best {fmt_gate(top.gate_result)}" if top else "no candidate measured"
         elapsed = time.monotonic() - t0
         self.decide(
             "round",
@@ -267,7 +299,7 @@ class MetaEvolve(Algorithm):
             reason_code="admitted"
             if best
             else "not_confirmed"
-            if any(c.gate.accepted for c in cands)
+            if any(c.gate_result.accepted for c in cands)
             else "nothing_passed",
             reason=f"round {self.round}/{self.p.max_rounds}: {len(texts)} proposed, {len(cands)} measured, "
             f"{self.invalid_proposals - invalid_before} invalid, {self.repeats - repeats_before} "
@@ -291,7 +323,7 @@ class MetaEvolve(Algorithm):
         prompts = [self.reflect_prompt(source, i + 1, n) for i in range(n)]
         for i, prompt in enumerate(prompts):
             self.record_prompt(f"reflect-{i + 1}", prompt)
-        return [extract_rule(reply) for reply, _usage in self.ctx.workers.ask_many(prompts)]
+        return [extract_rule(reply) for reply, _usage in self.workers.ask_many(prompts)]
 
     def judge(self, texts: list[str]) -> dict[str, tuple]:
         """``validate_proposal`` of each new text of a round, the jailed checks run concurrently
@@ -406,11 +438,11 @@ class MetaEvolve(Algorithm):
                 z_gate=self.p.z_gate,
                 **figures(c.oracle),
             )
-        outcome = {c.snapshot.snapshot_id: c.oracle.accepted for c in passed}
+        outcome = {c.snapshot.snapshot_id: c.oracle_result.accepted for c in passed}
         for h in self.history:
             if h["snapshot_id"] in outcome:
                 h["confirmed"] = outcome[h["snapshot_id"]]
-        return [c for c in passed if c.oracle.accepted]
+        return [c for c in passed if c.oracle_result.accepted]
 
     # ---- pieces ----------------------------------------------------------------------------------
     def rule(self, snapshot: Snapshot) -> str:
@@ -442,12 +474,12 @@ class MetaEvolve(Algorithm):
 
     # ---- the reflector's prompt ------------------------------------------------------------------
     def reflect_prompt(self, source: str, index: int, count: int) -> str:
-        budget = self.ctx.benchmark.params.budget
+        budget = self.meta_benchmark.params.budget
         every = max(1, budget // 12)
         return render(
             _prompts.REFLECT,
             budget=budget,
-            reward=self.ctx.benchmark.params.reward,
+            reward=self.meta_benchmark.params.reward,
             describe=value_kind(source).describe(),
             incumbent=source.strip(),
             every=every,
@@ -481,7 +513,8 @@ class MetaEvolve(Algorithm):
         return self.evidence("\n".join(lines), self.p.max_evidence_chars) if lines else "(no traces readable)"
 
     def history_evidence(self) -> str:
-        out, used = [], 0
+        out: list[str] = []
+        used = 0
         for h in reversed(self.history):
             se = "?" if h["se"] is None else f"{h['se']:.4f}"
             oracle = "" if "confirmed" not in h else ", confirmed" if h["confirmed"] else ", not confirmed"

@@ -20,7 +20,7 @@ from __future__ import annotations
 import ast
 import functools
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from algorithms.meta.gate import PRIORITY_FACE, check_priority_source, policy_face
 from algorithms.meta.tree import PrioritySelection, mix
@@ -29,6 +29,9 @@ from rsi.benchmark import Task
 from rsi.errors import ConfigError
 from rsi.snapshot import Snapshot
 from rsi.target import RolloutResult, Target
+
+if TYPE_CHECKING:
+    from algorithms.meta.benchmark import MetaBenchmark
 
 POLICY_FILE = "policy.py"
 SLOT = "node_selection"
@@ -76,6 +79,8 @@ class PolicyTarget(Target):
     #: take milliseconds, so large batches amortise Ray's per-task overhead and, above all, the
     #: jail's start (~80 ms: bubblewrap, the interpreter, the gate's modules), paid once a batch.
     batch_hint: ClassVar[int] = 128
+    #: ``check`` refuses any other benchmark (imported there: the benchmark imports this module).
+    benchmark: MetaBenchmark
 
     def entry(self) -> str:
         return self.config.entry or POLICY_FILE

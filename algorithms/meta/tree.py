@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeGuard
 
 from rsi.errors import RsiError
 
@@ -121,7 +121,7 @@ class Tree:
         )
         parent.children.append(child)
         self.nodes.append(child)
-        cursor = parent
+        cursor: Node | None = parent
         while cursor is not None and value > cursor.best:
             cursor.best = value
             cursor = cursor.parent
@@ -149,7 +149,7 @@ def rank_scores(nodes: Sequence[Node]) -> list[float]:
     return ranks
 
 
-def _rated(prior: float | None) -> bool:
+def _rated(prior: float | None) -> TypeGuard[float]:
     return prior is not None and math.isfinite(prior) and prior > 0
 
 

@@ -20,7 +20,9 @@ from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, pu
 from benchmarks.binpack.online import InvalidPacking, Priority, best_fit, count_bins, first_fit, pack
 from rsi.benchmark import Benchmark, BenchmarkParams, Score, Task
 
-TestSet = Literal[TEST_SETS]  # pydantic then names the valid sets in its error
+# The names come from the data files at import, so the Literal is built at run time: a type
+# checker cannot read it (it sees a plain str), pydantic can (it names the valid sets in its error).
+TestSet = Literal[TEST_SETS]  # type: ignore[valid-type]
 
 
 class BinPackParams(BenchmarkParams):
@@ -67,6 +69,7 @@ def _excess(agg: dict) -> float:
 class BinPack(Benchmark):
     name = "binpack"
     Params = BinPackParams
+    params: BinPackParams
     harness = Path(__file__).parent / "skeleton.py"
     harness_support = (Path(__file__).parent / "online.py",)
 

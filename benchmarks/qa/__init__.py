@@ -53,6 +53,7 @@ class QAParams(BenchmarkParams):
 class QA(Benchmark):
     name = "qa"
     Params = QAParams
+    params: QAParams
 
     @cached_property
     def _data(self) -> tuple[list[dict], list[dict]]:

@@ -219,7 +219,15 @@ class Run:
 
         archive = ArchiveClient(self.records.uri, self.run_id)
         ctx = RunContext(
-            cfg, self.records, evaluator, self.p.benchmark, self.p.seed, workers, cfg.secrets(), self.run_id, archive
+            config=cfg,
+            records=self.records,
+            evaluator=evaluator,
+            benchmark=self.p.benchmark,
+            seed_snapshot=self.p.seed,
+            archive=archive,
+            workers=workers,
+            secrets=cfg.secrets(),
+            run_id=self.run_id,
         )
         algo = cfg.algo_cls(ctx, cfg.algo_params)
         if self.resume_state is not None:
