@@ -97,3 +97,16 @@ def test_state_lists_are_appended_not_rewritten_and_a_torn_step_is_ignored(tmp_p
     with open(archive, "a") as f:
         f.write('{"i": 99}\n{"torn"')  # a step killed after appending, before its small file
     assert RunRecords.open(str(tmp_path / "run")).read_state() == changed
+
+
+def test_state_lists_of_any_length_round_trip(tmp_path):
+    """Several items appended in one step, an empty list, a key with capitals: all read back."""
+    from rsi.records import RunRecords
+
+    records = RunRecords.create(str(tmp_path), "s", str(tmp_path / "run"))
+    records.write_config({"name": "s"})
+    records.write_state({"step": 1, "Archive": [{"i": 0}], "empty": []})
+    grown = {"step": 2, "Archive": [{"i": 0}, {"i": 1}, {"i": 2}], "empty": []}
+    records.write_state(grown)
+    assert RunRecords.open(str(tmp_path / "run")).read_state() == grown
+    assert (tmp_path / "run" / "state" / "Archive.jsonl").read_text() == '{"i":0}\n{"i":1}\n{"i":2}\n'
