@@ -134,7 +134,9 @@ class Algorithm:
 
     def done(self) -> bool:
         """Whether the search has ended; the default is ``max_steps`` spent."""
-        return self.step >= self.params.max_steps
+        # max_steps is a field of the Params of every algorithm that keeps this default (the base
+        # model has none: an algorithm without steps must not accept the key)
+        return self.step >= self.params.max_steps  # type: ignore[attr-defined]
 
     def finish(self) -> Snapshot:
         """Promote the version the run returns."""

@@ -49,8 +49,9 @@ class Benchmark(ABC):
     Params: ClassVar[type[BenchmarkParams]] = BenchmarkParams
     #: A script run in the sandbox instead of the target's own entry script (cwd = the
     #: snapshot checkout). Bin packing uses this for the paper's skeleton, which imports the
-    #: candidate's ``heuristic.py``. None: run the target's entry script.
-    harness: ClassVar[Path | None] = None
+    #: candidate's ``heuristic.py``. None: run the target's entry script. A class attribute,
+    #: which an instance may set for itself (a bring-your-own problem names its harness).
+    harness: Path | None = None
     #: Files besides ``harness`` that it loads (read-only in the jail, under /harness, by name).
     #: Nothing else of the suite, its data above all, is visible to a candidate.
     harness_support: ClassVar[tuple[Path, ...]] = ()

@@ -208,8 +208,8 @@ def command(
     if not staged:
         return cmd
     _ensure_stage_points(len(staged))
-    binds = " && ".join(f'mount --bind "${i * 2 + 1}" "${i * 2 + 2}"' for i in range(len(staged)))
-    script = f'{binds} && shift {2 * len(staged)} && exec "$@"'
+    mounts = " && ".join(f'mount --bind "${i * 2 + 1}" "${i * 2 + 2}"' for i in range(len(staged)))
+    script = f'{mounts} && shift {2 * len(staged)} && exec "$@"'
     unshare = shutil.which("unshare", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if unshare is None:
         raise JailUnavailable("util-linux unshare is not installed (needed by a root caller)")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib.util
 import os
 from pathlib import Path
+from typing import Any
 
 from rsi.errors import ConfigError
 
@@ -74,7 +75,7 @@ class LocalModelServer:
         self.n_parallel = n_parallel
         self.n_threads = n_threads or max(1, min(8, os.cpu_count() or 1))
         self.max_tokens_cap = max_tokens_cap
-        self._server = None
+        self._server: Any = None  # an xllamacpp.Server while started (the binding is untyped)
         self.base_url = ""
 
     def start(self) -> LocalModelServer:

@@ -156,6 +156,8 @@ class ModelProxy:
     @property
     def binds(self) -> dict[str, str]:
         """For ``run_program``: the socket's directory, bound into the jail at ``JAIL_DIR``."""
+        if self.socket_dir is None:
+            raise RsiError("the model proxy has no socket before it is started")
         return {self.socket_dir: JAIL_DIR}
 
     def env(self, jailed: bool = True) -> dict[str, str]:
@@ -252,8 +254,8 @@ class ModelProxy:
         if not capped:
             body["max_tokens"] = cfg.max_tokens
         if body.get("stream") is True:
-            options = body.get("stream_options") if isinstance(body.get("stream_options"), dict) else {}
-            body["stream_options"] = {**options, "include_usage": True}
+            options = body.get("stream_options")
+            body["stream_options"] = {**(options if isinstance(options, dict) else {}), "include_usage": True}
         return None
 
     def _forward(self, data: bytes) -> tuple[int, bytes, dict[str, str], tuple[int, int] | None]:
@@ -288,7 +290,7 @@ class _TooLarge(Exception):
 def _reported_usage(body: bytes) -> tuple[int, int] | None:
     """(prompt, completion) tokens the endpoint reported in a reply (JSON, or the last usage of
     a server-sent-event stream); None when it reported none that reads as counts."""
-    found = None
+    found: tuple[int, int] | None = None
     try:
         docs = [untrusted.loads(body)]
     except untrusted.Invalid:
@@ -304,9 +306,9 @@ def _reported_usage(body: bytes) -> tuple[int, int] | None:
         usage = doc.get("usage") if isinstance(doc, dict) else None
         if isinstance(usage, dict):
             try:
-                found = tuple(
-                    untrusted.nonneg_int(usage.get(k), k, untrusted.MAX_TOKENS)
-                    for k in ("prompt_tokens", "completion_tokens")
+                found = (
+                    untrusted.nonneg_int(usage.get("prompt_tokens"), "prompt_tokens", untrusted.MAX_TOKENS),
+                    untrusted.nonneg_int(usage.get("completion_tokens"), "completion_tokens", untrusted.MAX_TOKENS),
                 )
             except untrusted.Invalid:
                 continue

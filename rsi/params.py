@@ -27,7 +27,7 @@ def _rows(model: type[BaseModel], prefix: str) -> list[dict]:
             rows += _rows(ann, f"{prefix}{field_name}.")
             continue
         if field.default_factory is not None:
-            default = field.default_factory()
+            default = field.get_default(call_default_factory=True)
         else:
             default = None if field.default is PydanticUndefined else field.default
         bounds = [

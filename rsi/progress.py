@@ -60,7 +60,7 @@ status = RunStatus()  # the driver runs one search at a time; tests read it thro
 
 def reset_status(max_steps: int | None) -> None:
     """A new run (or a resumed one) in this process: the live view starts over."""
-    status.__init__(max_steps=max_steps)
+    vars(status).update(vars(RunStatus(max_steps=max_steps)))  # in place: modules hold ``status``
 
 
 def phase(text: str) -> None:

@@ -56,7 +56,7 @@ def split_budget(sizes: dict[str, int], budget: int) -> dict[str, int]:
     """One prompt's evidence budget split among its sections: those smaller than an equal share
     stay whole, and what they leave is shared equally by the rest."""
     out, left = {}, budget
-    todo = sorted(sizes, key=sizes.get)
+    todo = sorted(sizes, key=lambda name: sizes[name])
     while todo:
         share = left // len(todo)
         if sizes[todo[0]] <= share:

@@ -125,9 +125,10 @@ def format_compare(views: list[RunView]) -> str:
 def curve(view: RunView) -> tuple[list[int], list[float]]:
     """The best admitted search-split mean so far, at each step where it was measured."""
     xs, ys, best = [], [], -math.inf
-    for c in sorted((c for c in view.candidates if c.admitted and c.score is not None), key=lambda c: c.step):
-        best = max(best, c.score)
-        xs.append(c.step)
+    scored = ((c.step, c.score) for c in view.candidates if c.admitted and c.score is not None)
+    for step, score in sorted(scored, key=lambda p: p[0]):
+        best = max(best, score)
+        xs.append(step)
         ys.append(best)
     if xs and view.steps > xs[-1]:
         xs.append(view.steps)

@@ -241,7 +241,7 @@ def run_program(
     slot = _Slot.acquire() if os.geteuid() == 0 else None
     home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
     try:
-        if jailed:
+        if home is None:  # jailed: the jail's private /tmp is the home
             jail.probe(_probe_uid() if slot is not None else None)  # once per process
             private = {"HOME": "/tmp", "TMPDIR": "/tmp", "TEMP": "/tmp", "TMP": "/tmp"}
         else:
@@ -391,7 +391,7 @@ def _executable(path: Path) -> bool:
     return path.is_file() and os.access(path, os.X_OK, effective_ids=effective)
 
 
-def _cannot_start(name: str, cwd: Path, why: str) -> Outcome:
+def _cannot_start(name: str, cwd: Path, why: str | None) -> Outcome:
     """The candidate's own executable failing to start is its error; any other is ours."""
     if "/" in name and (cwd / name).resolve().is_relative_to(cwd.resolve()):
         return Outcome("error", None, None, 0.0, "", "", f"cannot start {name}: {why}")
@@ -429,9 +429,10 @@ def _util_linux(become_uid: bool, keep_cap: bool) -> tuple[str, str] | None:
     with the very flags a rollout uses, so a setpriv too old or too restricted falls back to
     preexec instead of failing every rollout as if the candidate had."""
     search = os.pathsep.join([os.environ.get("PATH", ""), "/usr/bin", "/bin", "/usr/sbin", "/sbin"])
-    tools = shutil.which("prlimit", path=search), shutil.which("setpriv", path=search)
-    if None in tools:
+    prlimit, setpriv = shutil.which("prlimit", path=search), shutil.which("setpriv", path=search)
+    if prlimit is None or setpriv is None:
         return None
+    tools = (prlimit, setpriv)
     probe_uid = _probe_uid() if become_uid else None
     current = [(res, resource.getrlimit(res)) for res in _PRLIMIT_NAMES]
     cmd = _jail_argv(tools, [tools[1], "--dump"], current, probe_uid, keep_cap)
@@ -794,10 +795,13 @@ class _Pump:
         self.exited_at: float | None = None
         self.reaped: tuple[int, Any] | None = None
         self.sel = selectors.DefaultSelector()
-        self.open: set[int] = {proc.stdout.fileno(), proc.stderr.fileno()}
+        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
+            raise RsiError("a rollout process needs pipes for stdin, stdout and stderr")  # _start opens all three
+        self.stdin, self.stdout, self.stderr = proc.stdin, proc.stdout, proc.stderr
+        self.open: set[int] = {self.stdout.fileno(), self.stderr.fileno()}
         for fd in self.open:
             self.sel.register(fd, selectors.EVENT_READ)
-        self.stdin_fd = proc.stdin.fileno()
+        self.stdin_fd = self.stdin.fileno()
         os.set_blocking(self.stdin_fd, False)
         self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
         self.sent = 0
@@ -869,7 +873,7 @@ class _Pump:
         self._want_write(False)
         if not self.said_all:  # a dialogue: the next message waits for the program's answer
             return
-        self.proc.stdin.close()
+        self.stdin.close()
         self.stdin_fd = -1
 
     def _want_write(self, on: bool) -> None:
@@ -887,7 +891,7 @@ class _Pump:
             self.sel.unregister(fd)
             self.open.discard(fd)
             return True
-        if fd == self.proc.stderr.fileno():
+        if fd == self.stderr.fileno():
             err = self.run_.stderr
             err += data
             if len(err) > 2 * _TAIL_BYTES:
@@ -905,9 +909,9 @@ class _Pump:
         if len(out) > _TAIL_BYTES:  # a dialogue's transcript is counted against the cap, kept as a tail
             del out[: len(out) - _TAIL_BYTES]
         out += data
-        return self._converse(data)
+        return self._converse(self.dialogue, data)
 
-    def _converse(self, data: bytes) -> bool:
+    def _converse(self, dialogue: Dialogue, data: bytes) -> bool:
         """Answer every complete line; False once the program broke the protocol."""
         self.partial += data
         *lines, rest = self.partial.split(b"\n")
@@ -920,7 +924,7 @@ class _Pump:
                 self.run_.broken = "a line after the dialogue ended"
                 return False
             try:
-                message = self.dialogue.reply(bytes(line))
+                message = dialogue.reply(bytes(line))
             except DialogueError as exc:
                 self.run_.broken = str(exc)
                 return False
@@ -936,7 +940,7 @@ class _Pump:
         self.sel.close()
         if self.pidfd is not None:
             os.close(self.pidfd)
-        for stream in (self.proc.stdin, self.proc.stdout, self.proc.stderr):
+        for stream in (self.stdin, self.stdout, self.stderr):
             stream.close()
 
 
@@ -960,6 +964,8 @@ def _verdict(
     if run.timed_out:
         return "timeout", None, f"wall-clock limit of {limits.timeout_s:g} s reached"
     code = run.returncode
+    if code is None:  # _Pump.run reaps the process whatever ended the rollout
+        raise RsiError("the rollout process was not reaped")
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and run.cpu_s >= limits.cpu_limit_s):
         return "timeout", None, f"CPU limit of {limits.cpu_limit_s} s reached"
     if code != 0:

@@ -29,7 +29,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ def request_text(body: dict) -> str:
 class ScriptedServer:
     def __init__(
         self,
-        steps: list[Step] = (),
+        steps: Sequence[Step] = (),
         loop: bool = False,
         api_key: str | None = None,
         model: str = "scripted-model",

@@ -172,10 +172,10 @@ class Snapshot:
     @staticmethod
     def _classify(tree, components: Components, secrets: Iterable[str]):
         files, blobs = {}, {}
-        secrets = [s.encode() for s in secrets if s and len(s) >= 4]
+        needles = [s.encode() for s in secrets if s and len(s) >= 4]
         for rel, (data, executable) in sorted(tree.items()):
-            for s in secrets:
-                if s in data:
+            for needle in needles:
+                if needle in data:
                     raise Rejected("secret_leak", f"{rel} contains the value of a configured secret")
             digest = sha256(data)
             files[rel] = FileEntry(digest, components.label(rel), executable)

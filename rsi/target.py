@@ -16,13 +16,16 @@ import traceback
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from rsi import untrusted
 from rsi.benchmark import Benchmark, Task
 from rsi.config import TargetConfig
-from rsi.errors import ConfigError
+from rsi.errors import ConfigError, RsiError
 from rsi.snapshot import Snapshot
+
+if TYPE_CHECKING:
+    from rsi.model_proxy import ModelProxy
 
 
 @dataclass
@@ -62,7 +65,12 @@ class Target(ABC):
         data and harness)."""
         import importlib
 
-        files = [inspect.getfile(type(self))] + [importlib.import_module(m).__file__ for m in self.runtime_modules]
+        files = [inspect.getfile(type(self))]
+        for name in self.runtime_modules:
+            file = importlib.import_module(name).__file__
+            if file is None:  # a namespace package: no code of its own to hash
+                raise RsiError(f"runtime module {name} has no source file")
+            files.append(file)
         code = hashlib.sha256(b"".join(Path(f).read_bytes() for f in files)).hexdigest()
         body = f"{self.kind}|{self.config.model_dump_json()}|{code}|{self.benchmark.fingerprint()}"
         return hashlib.sha256(body.encode()).hexdigest()[:16]
@@ -104,13 +112,22 @@ class ProgramTarget(Target):
                 raise ConfigError(f"target entry script {entry!r} is not in the target directory")
 
     def argv(self, workdir: Path) -> list[str]:
-        script = Path(self.benchmark.harness).resolve() if self.benchmark.harness else workdir / self.entry()
-        return [sys.executable, str(script)]
+        if self.benchmark.harness:
+            return [sys.executable, str(Path(self.benchmark.harness).resolve())]
+        entry = self.entry()
+        if not entry:  # ``check`` refuses this before anything runs
+            raise ConfigError("target.entry is required for a program target (the script a rollout runs)")
+        return [sys.executable, str(workdir / entry)]
 
     def env(self) -> tuple[dict[str, str], list[str]]:
         return {}, list(self.config.env_pass)
 
-    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int, proxy=None) -> RolloutResult:
+    def run(self, workdir: Path, task: Task, trial: int, sample_seed: int) -> RolloutResult:
+        return self.run_program(workdir, task, trial, sample_seed)
+
+    def run_program(
+        self, workdir: Path, task: Task, trial: int, sample_seed: int, proxy: ModelProxy | None = None
+    ) -> RolloutResult:
         """``proxy``: this rollout's ``rsi.model_proxy.ModelProxy`` (MiniAgentTarget), whose
         environment and socket directory go into the jail."""
         from rsi.sandbox import Limits, resolve_backend, run_program
@@ -139,21 +156,22 @@ class ProgramTarget(Target):
             "returncode": out.returncode,
             "stderr_tail": out.stderr_tail,
         }
-        if out.status != "ok":
+        output = out.output
+        if out.status != "ok" or output is None:  # an ok outcome always carries its output
             trace["stdout_tail"] = out.stdout_tail
             return RolloutResult(0.0, out.status, out.duration_s, trace)
         t0 = time.perf_counter()
         try:
-            usage = untrusted.usage(out.output)
+            usage = untrusted.usage(output)
         except untrusted.Invalid as exc:  # the candidate's own usage report breaks the protocol
-            trace.update(status="protocol_error", reason=str(exc), output=_clip(out.output))
+            trace.update(status="protocol_error", reason=str(exc), output=_clip(output))
             return RolloutResult(0.0, "protocol_error", out.duration_s, trace)
         try:
-            score = self.benchmark.score(task, out.output, trial)
+            score = self.benchmark.score(task, output, trial)
             primary = float(score.primary)
             if not math.isfinite(primary):
                 raise ValueError(f"primary score is not a finite number ({primary!r})")
-            trace["output"] = _clip(out.output)
+            trace["output"] = _clip(output)
             trace["metrics"] = dict(score.metrics)
         except Exception as exc:
             # Scoring runs on hostile output: a scorer that raises on it (which Benchmark.score
@@ -212,7 +230,7 @@ class MiniAgentTarget(ProgramTarget):
         from rsi.model_proxy import ModelProxy
 
         with ModelProxy(cfg) as proxy:
-            result = super().run(workdir, task, trial, sample_seed, proxy=proxy)
+            result = self.run_program(workdir, task, trial, sample_seed, proxy=proxy)
         spent = proxy.usage()  # calls still in flight when the rollout ended count at their estimate
         result.tokens_in, result.tokens_out, result.cost_usd = spent.tokens_in, spent.tokens_out, spent.cost_usd
         result.trace["model_usage"] = spent.as_dict()
@@ -225,7 +243,8 @@ def _where(exc: BaseException, benchmark: Benchmark) -> str:
     frames = traceback.extract_tb(exc.__traceback__)
     home = benchmark.scorer_home()
     own = [f for f in frames if home and (f.filename == home or str(Path(f.filename).resolve()).startswith(home + "/"))]
-    frame = (own or frames or [None])[-1]
+    found = own or frames
+    frame = found[-1] if found else None
     message = " ".join(str(exc).split())[:300]
     where = f" ({frame.filename}:{frame.lineno})" if frame is not None else ""
     return f"{type(exc).__name__}: {message}{where}"

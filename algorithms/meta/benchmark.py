@@ -75,7 +75,7 @@ class MetaBenchmark(Benchmark):
 
     Params: ClassVar[type[MetaParams]] = MetaParams
     params: MetaParams
-    harness: ClassVar[Path | None] = HARNESS
+    harness: Path | None = HARNESS
     harness_support: ClassVar[tuple[Path, ...]] = support_files()
     source: ClassVar[str]
     target: ClassVar[str]

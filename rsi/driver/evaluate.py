@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from rsi.config import load_config
 from rsi.progress import console
@@ -17,7 +18,7 @@ def evaluate_target(
     from cluster.connect import connect
     from rsi.driver.runner import prepare
 
-    raw = {
+    raw: dict[str, Any] = {
         "name": "eval",
         "target": {"path": str(Path(target_dir).resolve()), "kind": kind},
         "benchmark": {"name": benchmark},

@@ -25,13 +25,14 @@ from rsi.records import RunRecords
 from rsi.registry import target_class
 from rsi.results import ScoreMatrix, metric_means
 from rsi.snapshot import Snapshot
+from rsi.target import Target
 
 
 @dataclass
 class Prepared:
     config: Resolved
     benchmark: Benchmark
-    target: object
+    target: Target
     seed: Snapshot
 
 
@@ -75,7 +76,7 @@ def provenance(base_dir: Path) -> dict:
     import platform
     import subprocess
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for pkg in ("rsi", "ray", "pyarrow", "numpy", "pydantic"):
         try:
             versions[pkg] = md.version(pkg)

@@ -13,7 +13,8 @@ from rsi.workers.base import Usage
 
 def to_anthropic(messages: list[dict]) -> tuple[str, list[dict]]:
     """System text, and user/assistant turns where tool results ride in the next user turn."""
-    system, out = [], []
+    system: list[str] = []
+    out: list[dict] = []
     for m in messages:
         role = m["role"]
         if role == "system":

@@ -11,7 +11,7 @@ from __future__ import annotations
 import inspect
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path, PurePosixPath
 
 from rsi.components import COMPONENTS_FILE
@@ -186,7 +186,7 @@ class Workspace:
 
     def run(self, name: str, args: dict) -> str:
         """Run one tool call; refusals and bad arguments come back as ``error: ...`` text."""
-        tools = {
+        tools: dict[str, Callable[..., str]] = {
             "list_files": self.list_files,
             "read_file": self.read_file,
             "write_file": self.write_file,

@@ -14,10 +14,12 @@ class LocalClient(OpenAIClient):
 
     def __init__(self, cfg: LLMConfig, seed: int | None = None, base_dir: Path | None = None):
         self._server = None
-        if not cfg.base_url:  # no running server named: start one for this client
+        base_url = cfg.base_url
+        if not base_url:  # no running server named: start one for this client
             self._server = LocalModelServer(resolve_model(cfg.model, base_dir)).start()
+            base_url = self._server.base_url
         update = {
-            "base_url": cfg.base_url or self._server.base_url,
+            "base_url": base_url,
             "max_tokens": min(cfg.max_tokens, MAX_TOKENS_CAP),
             "temperature": 0.0 if cfg.temperature is None else cfg.temperature,
         }

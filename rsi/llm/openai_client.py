@@ -99,7 +99,9 @@ class OpenAIClient(ChatClient):
 
     def _collect(self, stream) -> ChatResult:
         """Join server-sent chunks: text deltas, tool-call fragments by index, the final usage."""
-        text, parts, finish, usage = [], {}, "stop", Usage(1)
+        text: list[str] = []
+        parts: dict[int, dict[str, str]] = {}
+        finish, usage = "stop", Usage(1)
         try:
             for chunk in stream:
                 if chunk.usage:

@@ -87,8 +87,9 @@ def decision_score(d: dict) -> float | None:
     means = d.get("means")
     if isinstance(means, dict) and means:
         vals = [_number(v) for v in means.values()]
-        if all(v is not None for v in vals):
-            return float(np.mean(vals))
+        numbers = [v for v in vals if v is not None]
+        if len(numbers) == len(vals):
+            return float(np.mean(numbers))
     return None
 
 
@@ -189,8 +190,8 @@ class RunView:
         for folder in ("rollouts", "traces"):
             sel = pafs.FileSelector(self.records.path(folder), allow_not_found=True)
             times += [i.mtime.timestamp() for i in self.records.fs.get_file_info(sel) if i.mtime is not None]
-        times = [t for t in times if t is not None]
-        return max(times) if times else None
+        known = [t for t in times if t is not None]
+        return max(known) if known else None
 
     def status(self, now: float | None = None, active_s: float = 600.0) -> str:
         """finished (summary.json), failed (cannot continue: no run.json, or the seed failed on

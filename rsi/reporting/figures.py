@@ -71,9 +71,9 @@ def score_over_steps(view: RunView) -> bytes | None:
             zorder=4,
         )
         xs, ys, best = [], [], -math.inf
-        for c in sorted(adm, key=lambda c: c.step):
-            best = max(best, c.score)
-            xs.append(c.step)
+        for step, score in sorted(((c.step, c.score) for c in adm if c.score is not None), key=lambda p: p[0]):
+            best = max(best, score)
+            xs.append(step)
             ys.append(best)
         xs.append(max(view.steps, xs[-1]))
         ys.append(ys[-1])

@@ -107,7 +107,8 @@ def gate_rows(view: RunView) -> list[dict]:
     mass) beside each verdict and its reason."""
     rows = []
     for d in view.decisions:
-        unc = d.get("uncertainty") if isinstance(d.get("uncertainty"), dict) else {}
+        unc = d.get("uncertainty")
+        unc = unc if isinstance(unc, dict) else {}
         rows.append(
             {
                 "step": d.get("step"),
@@ -132,7 +133,8 @@ def gate_rows(view: RunView) -> list[dict]:
 def _row_class(r: dict) -> str:
     if r.get("kind") in ("decline", "invalid"):
         return "declined"
-    return {True: "admitted", False: "rejected"}.get(r.get("accepted"), "")
+    classes: dict[object, str] = {True: "admitted", False: "rejected"}
+    return classes.get(r.get("accepted"), "")
 
 
 MAX_DIFF_CHARS = 200_000
@@ -304,26 +306,26 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         )
 
     # ---- cost and time -----------------------------------------------------------------------
-    c = view.cost()
+    cost = view.cost()
     sections.append(
         (
             "cost",
             "Cost and time",
-            figure("cost", figures.cost, c)
+            figure("cost", figures.cost, cost)
             + kv(
                 [
-                    ("elapsed (s)", c["elapsed_s"]),
-                    ("elapsed read from", c["elapsed_from"]),
-                    ("rollouts: summed duration (s)", c["rollout_s"]),
-                    ("rollouts stored", c["rollouts_stored"]),
-                    ("rollouts executed / cache hits", f"{fmt(c['rollouts_executed'])} / {fmt(c['cache_hits'])}"),
-                    ("rollouts: cost (USD)", c["rollout_cost_usd"]),
-                    ("rollouts: tokens in / out", f"{c['rollout_tokens_in']} / {c['rollout_tokens_out']}"),
-                    ("model calls", c["model_calls"]),
-                    ("model tokens in / out", f"{fmt(c['model_tokens_in'])} / {fmt(c['model_tokens_out'])}"),
-                    ("model cost (USD)", c["model_cost_usd"]),
-                    ("model call time (s)", c["model_s"] if c["model_s"] is not None else "not recorded"),
-                    ("driver (s)", c["driver_s"]),
+                    ("elapsed (s)", cost["elapsed_s"]),
+                    ("elapsed read from", cost["elapsed_from"]),
+                    ("rollouts: summed duration (s)", cost["rollout_s"]),
+                    ("rollouts stored", cost["rollouts_stored"]),
+                    ("rollouts executed / cache hits", f"{fmt(cost['rollouts_executed'])} / {fmt(cost['cache_hits'])}"),
+                    ("rollouts: cost (USD)", cost["rollout_cost_usd"]),
+                    ("rollouts: tokens in / out", f"{cost['rollout_tokens_in']} / {cost['rollout_tokens_out']}"),
+                    ("model calls", cost["model_calls"]),
+                    ("model tokens in / out", f"{fmt(cost['model_tokens_in'])} / {fmt(cost['model_tokens_out'])}"),
+                    ("model cost (USD)", cost["model_cost_usd"]),
+                    ("model call time (s)", cost["model_s"] if cost["model_s"] is not None else "not recorded"),
+                    ("driver (s)", cost["driver_s"]),
                 ]
             )
             + '<p class="note">Rollouts run in parallel: their summed duration is worker time and can exceed the '

@@ -16,6 +16,7 @@ import os
 import socket
 import struct
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 # ---- CRC-32C (Castagnoli), as TFRecord frames need -------------------------------------------
@@ -67,7 +68,7 @@ def scalar_value(tag: str, value: float) -> bytes:
     return _bytes_field(1, tag.encode()) + _varint(2 << 3 | 5) + struct.pack("<f", value)
 
 
-def event(wall_time: float, step: int, *, file_version: str | None = None, values: list[bytes] = ()) -> bytes:
+def event(wall_time: float, step: int, *, file_version: str | None = None, values: Sequence[bytes] = ()) -> bytes:
     """Event {wall_time = 1 (double); step = 2 (int64); file_version = 3; summary = 5}."""
     out = _varint(1 << 3 | 1) + struct.pack("<d", wall_time) + _varint(2 << 3 | 0) + _varint(step)
     if file_version is not None:
@@ -204,6 +205,7 @@ def _fields(b: bytes):
     while i < len(b):
         key, i = _read_varint(b, i)
         num, wire = key >> 3, key & 7
+        v: int | bytes
         if wire == 0:
             v, i = _read_varint(b, i)
         elif wire == 1:

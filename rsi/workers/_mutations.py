@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rsi.workers._pyedit import ModuleNames, clone
+from rsi.workers._pyedit import Function, ModuleNames, clone
 
 ARITH = (ast.Add, ast.Sub, ast.Mult, ast.Div)
 ORDER = (ast.Lt, ast.LtE, ast.Gt, ast.GtE)
@@ -57,13 +57,13 @@ class Site:
             getattr(self.parent, self.field)[self.index] = new
 
 
-def _body_start(fn: ast.FunctionDef) -> int:
+def _body_start(fn: Function) -> int:
     first = fn.body[0]
     is_doc = isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str)
     return 1 if is_doc and len(fn.body) > 1 else 0
 
 
-def sites(fn: ast.FunctionDef) -> list[Site]:
+def sites(fn: Function) -> list[Site]:
     out: list[Site] = []
     for k in range(_body_start(fn), len(fn.body)):
         _collect(fn.body[k], k, True, out)
@@ -99,7 +99,7 @@ def _number(node: ast.AST) -> float | None:
     if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
         inner = _number(node.operand)
         return None if inner is None or isinstance(node.operand, ast.UnaryOp) else -inner
-    if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+    if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
         return node.value
     return None
 
@@ -134,7 +134,7 @@ class Mutations:
     names: ModuleNames
     scale: float = 10.0
 
-    def apply(self, op: str, fn: ast.FunctionDef) -> bool:
+    def apply(self, op: str, fn: Function) -> bool:
         return getattr(self, op)(fn, sites(fn))
 
     # ---- small draws ----------------------------------------------------------------------
@@ -164,16 +164,16 @@ class Mutations:
     # ---- operators ------------------------------------------------------------------------
     def perturb_constant(self, fn, found: list[Site]) -> bool:
         numbers = [
-            s
+            (s, value)
             for s in found
             if s.free
-            and _number(s.node) is not None
+            and (value := _number(s.node)) is not None
             and not (isinstance(s.parent, ast.UnaryOp) and isinstance(s.parent.op, ast.USub))
         ]
         if not numbers:
             return False
-        site = self._pick(numbers)
-        site.replace(literal(self._new_value(_number(site.node))))
+        site, value = self._pick(numbers)
+        site.replace(literal(self._new_value(value)))
         return True
 
     def swap_operator(self, fn, found: list[Site]) -> bool:
@@ -186,7 +186,7 @@ class Mutations:
             return False
         node = self._pick(ops)
         kind = type(node.op)
-        family = {
+        family: tuple[type[ast.operator], ...] = {
             ast.Add: (ast.Sub,),
             ast.Sub: (ast.Add,),
             ast.Mult: (ast.Div,),
@@ -255,7 +255,12 @@ class Mutations:
                 options.append((s, node.operand))
             elif isinstance(node, ast.Call) and len(node.args) == 3 and getattr(node.func, "attr", "") == "where":
                 options += [(s, node.args[1]), (s, node.args[2])]
-            elif id(node) in unary and node.func.attr not in ABS.values():  # keep domain guards
+            elif (
+                id(node) in unary  # a numpy/math call of one argument (``_unary_calls``)
+                and isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr not in ABS.values()  # keep domain guards
+            ):
                 options.append((s, node.args[0]))
         # Prefer keeping a part that still depends on something over collapsing to a literal.
         options = [o for o in options if _number(o[1]) is None] or options
@@ -366,10 +371,13 @@ class Mutations:
 
     def _where_term(self, expr: ast.expr, atom: ast.expr) -> ast.expr:
         """``np.where(cond, expr changed, expr)``: the body's value, shifted or rescaled on one side."""
+        np_ = self.names.numpy
+        if np_ is None:  # the "where" form is offered only when the module imports numpy
+            raise ValueError("np.where needs numpy imported")
         other = clone(expr)
         if self.rng.random() < 0.5:
             other = _binop(other, ast.Add(), literal(self._signed(0.1, 10.0)))
         else:
             other = _binop(other, ast.Mult(), literal(self._factor()))
         branches = [other, expr] if self.rng.random() < 0.5 else [expr, other]
-        return _call(_attr(self.names.numpy, "where"), self._condition(atom), *branches)
+        return _call(_attr(np_, "where"), self._condition(atom), *branches)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 MARKER = "# rsi: evolve"
 FUNCTION_TYPES = (ast.FunctionDef, ast.AsyncFunctionDef)
+Function = ast.FunctionDef | ast.AsyncFunctionDef
 
 
 @dataclass(frozen=True)
@@ -39,34 +40,39 @@ def source_lines(source: str) -> list[str]:
     return io.StringIO(source, newline="").readlines()
 
 
-def _first_line(fn: ast.FunctionDef) -> int:
+def _first_line(fn: Function) -> int:
     return min([fn.lineno] + [d.lineno for d in fn.decorator_list])
 
 
-def marked_functions(source: str, tree: ast.Module) -> list[ast.FunctionDef]:
+def _last_line(fn: Function) -> int:
+    # ast.parse sets end_lineno on every node; only a node built by hand lacks it
+    return fn.end_lineno if fn.end_lineno is not None else fn.lineno
+
+
+def marked_functions(source: str, tree: ast.Module) -> list[Function]:
     """Outermost marked functions in source order (a marked function nested in another is
     edited as part of its parent)."""
     lines = source_lines(source)
-    marked = []
+    marked: list[Function] = []
     for node in ast.walk(tree):
         if isinstance(node, FUNCTION_TYPES):
             first = _first_line(node)
             if first >= 2 and lines[first - 2].strip() == MARKER:
                 marked.append(node)
     marked.sort(key=_first_line)
-    outer = []
+    outer: list[Function] = []
     for fn in marked:
-        if not any(_first_line(o) <= fn.lineno <= o.end_lineno for o in outer):
+        if not any(_first_line(o) <= fn.lineno <= _last_line(o) for o in outer):
             outer.append(fn)
     return outer
 
 
-def splice(source: str, edits: list[tuple[ast.FunctionDef, str]]) -> str:
+def splice(source: str, edits: list[tuple[Function, str]]) -> str:
     """``source`` with each original function's span replaced by its new text (unindented, as
     ``ast.unparse`` writes it)."""
     lines = source_lines(source)
     for old, new in sorted(edits, key=lambda e: _first_line(e[0]), reverse=True):
-        start, end = _first_line(old) - 1, old.end_lineno - 1
+        start, end = _first_line(old) - 1, _last_line(old) - 1
         indent = lines[start][: len(lines[start]) - len(lines[start].lstrip())]
         suffix = lines[end].encode()[old.end_col_offset :].decode()  # trailing comment and newline survive
         text = "\n".join(indent + line if line else line for line in new.split("\n"))

@@ -55,11 +55,12 @@ class ClaudeCodeWorker(Worker):
 
     def __init__(self, config: ClaudeCodeWorker.Config, base_dir: Path, seed: int):
         super().__init__()
-        self.executable = shutil.which("claude")
-        if self.executable is None:
+        executable = shutil.which("claude")
+        if executable is None:
             raise ConfigError(
                 "worker type claude_code needs the `claude` CLI on PATH (npm install -g @anthropic-ai/claude-code)"
             )
+        self.executable: str = executable
         if config.api_key_env and not os.environ.get(config.api_key_env):
             raise ConfigError(
                 f"environment variable {config.api_key_env} (named by api_key_env) is not set; "

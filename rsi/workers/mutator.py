@@ -26,7 +26,7 @@ from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
 from rsi.workers._merge import merge
 from rsi.workers._mutations import OPERATORS, Mutations
-from rsi.workers._pyedit import MARKER, ModuleNames, clone, marked_functions, module_names, splice
+from rsi.workers._pyedit import MARKER, Function, ModuleNames, clone, marked_functions, module_names, splice
 from rsi.workers.base import Worker
 
 __all__ = ["MutatorWorker", "merge"]
@@ -59,7 +59,7 @@ class _Target:
     path: str
     source: str
     tree: ast.Module
-    fn: ast.FunctionDef
+    fn: Function
 
     @property
     def label(self) -> str:
@@ -160,7 +160,7 @@ class MutatorWorker(Worker):
 
     def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str]] | None:
         """One candidate edit, or None when it changed nothing or failed to parse."""
-        copies: dict[int, ast.FunctionDef] = {}
+        copies: dict[int, Function] = {}
         applied = []
         for _ in range(int(self.rng.integers(1, self.config.max_ops + 1))):
             i = int(self.rng.integers(len(targets)))
@@ -184,7 +184,7 @@ class MutatorWorker(Worker):
             files[path] = source
         return (files, applied) if files else None
 
-    def _operator(self, fn: ast.FunctionDef) -> str:
+    def _operator(self, fn: Function) -> str:
         weights = np.array([getattr(self.config.weights, op) for op in OPERATORS], dtype=float)
         if _size(fn) >= self.config.max_nodes:
             weights[OPERATORS.index("insert_term")] = 0.0
