@@ -28,7 +28,11 @@ class EvaluatorClient:
         self._seq = 0
         #: Model spend of the rollouts this client ran (agent targets, counted at their model
         #: proxy): part of the run's budget beside the workers' own spend.
-        self.rollout_usage = {"rollout_tokens_in": 0, "rollout_tokens_out": 0, "rollout_cost_usd": 0.0}
+        self.rollout_usage: dict[str, float] = {
+            "rollout_tokens_in": 0,
+            "rollout_tokens_out": 0,
+            "rollout_cost_usd": 0.0,
+        }
 
     @classmethod
     def start(
@@ -41,7 +45,7 @@ class EvaluatorClient:
         records: RunRecords | None,
         name: str | None = None,
         fingerprint: str | None = None,
-    ):
+    ) -> EvaluatorClient:
         opts: dict[str, Any] = {"name": name, "lifetime": None} if name else {}
         # Pinned to the driver's node: it owns every rollout task of the run, and a lost driver
         # node ends the run anyway, so this placement adds no point of failure. (A soft affinity

@@ -35,6 +35,7 @@ from the jail, the config's ``timeout_s`` per upstream call. One request per con
 from __future__ import annotations
 
 import hmac
+import importlib
 import json
 import os
 import secrets
@@ -44,6 +45,7 @@ import tempfile
 import threading
 from dataclasses import asdict, dataclass
 from http.server import BaseHTTPRequestHandler
+from typing import Any
 from urllib.parse import urlsplit
 
 from rsi import untrusted
@@ -77,12 +79,13 @@ class ProxyUsage:
         return asdict(self)
 
 
-def _httpx():
+def _httpx() -> Any:
+    # By name: which of the two a machine has depends on its openai release, so neither is a
+    # static import a type checker could resolve everywhere.
     try:
-        import httpx
+        return importlib.import_module("httpx")
     except ImportError:  # some openai releases ship it as httpx2
-        import httpx2 as httpx
-    return httpx
+        return importlib.import_module("httpx2")
 
 
 class ModelProxy:

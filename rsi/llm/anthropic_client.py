@@ -70,7 +70,7 @@ class AnthropicClient(ChatClient):
         self._key = cfg.api_key()
         self._sdk = anthropic.Anthropic(api_key=self._key, base_url=cfg.base_url, timeout=cfg.timeout_s, max_retries=0)
 
-    def _request(self, messages, tools):
+    def _request(self, messages: list[dict], tools: list[dict] | None) -> dict:
         system, turns = to_anthropic(messages)
         req: dict = {"model": self.cfg.model, "max_tokens": self.cfg.max_tokens, "messages": turns}
         if system:

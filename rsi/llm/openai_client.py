@@ -60,7 +60,7 @@ class OpenAIClient(ChatClient):
         self._extra_body = extra_body or {}
         self._sdk = openai.OpenAI(api_key=self._key, base_url=cfg.base_url, timeout=cfg.timeout_s, max_retries=0)
 
-    def _request(self, messages, tools):
+    def _request(self, messages: list[dict], tools: list[dict] | None) -> dict:
         req: dict = {"model": self.cfg.model, "messages": messages}
         # OpenAI's own newer models reject max_tokens; compatible servers mostly know only it.
         official = not self.cfg.base_url or "api.openai.com" in self.cfg.base_url
