@@ -177,10 +177,8 @@ def command(
     for f in _ETC_FILES:
         if os.path.exists(f):
             cmd += ["--ro-bind", src(f), f]
-    for root in python_roots():
-        cmd += ["--ro-bind", src(root), root]
-    for pkg in masked_packages():
-        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
+    # The private /tmp first: an interpreter that lives under /tmp (a venv in a clone there) is
+    # bound on top of it below, instead of being hidden by it.
     cmd += [
         "--proc",
         "/proc",
@@ -194,11 +192,12 @@ def command(
         size,
         "--tmpfs",
         "/dev/shm",
-        "--size",
-        size,
-        "--tmpfs",
-        CHECKOUT,
     ]
+    for root in python_roots():
+        cmd += ["--ro-bind", src(root), root]
+    for pkg in masked_packages():
+        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
+    cmd += ["--size", size, "--tmpfs", CHECKOUT]
     cmd += _copy_in(checkout, fds if fds is not None else [])
     for host, name in harness.items():
         cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]

@@ -419,3 +419,24 @@ def test_candidate_script_that_cannot_start_is_its_error(checkout):
     out = run_program(["./run.sh"], checkout, {}, Limits(timeout_s=20))
     assert out.status == "error"
     assert "cannot start ./run.sh" in out.reason
+
+
+def test_an_interpreter_under_tmp_runs_in_the_jail(checkout):
+    """The jail's private /tmp must not hide an interpreter installed under /tmp (a venv in a
+    clone there): it is bound on top of the private /tmp, read-only."""
+    parent = Path(tempfile.mkdtemp(prefix="rsi-clone-", dir="/tmp"))  # 0700, like a private CI folder
+    venv = parent / "venv"  # made by `python -m venv`, 0755 as usual
+    try:
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+        python = str(venv / "bin" / "python")
+        code = "import json, sys; json.load(sys.stdin); print(json.dumps({'exe': sys.executable}))"
+        out = subprocess.run([python, "-c", f"""
+import sys; sys.path.insert(0, {str(REPO)!r})
+from rsi.sandbox import Limits, run_program
+o = run_program([sys.executable, "-c", {code!r}], {str(checkout)!r}, {{}}, Limits(timeout_s=30))
+print(o.status, o.output, o.reason)
+"""], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr[-2000:]
+        assert out.stdout.split()[0] == "ok" and python in out.stdout, out.stdout + out.stderr[-1000:]
+    finally:
+        shutil.rmtree(parent, ignore_errors=True)
