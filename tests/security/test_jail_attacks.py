@@ -164,7 +164,7 @@ def test_the_checkout_copy_and_the_jail_root_hold_no_unbounded_writes(tmp_path):
     """The writable checkout lives in the jail's own size-capped tmpfs (no host disk); the
     directories bubblewrap made for its mount points are read-only."""
     out = report(rollout(tmp_path, """
-        import json, os
+        import json, os, sys
         written, err = 0, None
         try:
             for i in range(1000):  # 1 GB asked for, as many 1 MB files
@@ -176,19 +176,21 @@ def test_the_checkout_copy_and_the_jail_root_hold_no_unbounded_writes(tmp_path):
         for i in range(written):
             os.remove(f"fill-{i}")
         roots = {}
-        for d in ("/", "/work", "/root", "/usr", "/checkout"):
+        # "/", /usr, and the directory bubblewrap made to hold the interpreter's mount point
+        for name, d in (("/", "/"), ("/usr", "/usr"), ("interpreter's parent", os.path.dirname(sys.base_prefix)),
+                        ("/checkout", "/checkout")):
             try:
                 with open(os.path.join(d, "x"), "w") as f:
                     f.write("x")
-                roots[d] = "written"
+                roots[name] = "written"
             except OSError as exc:
-                roots[d] = exc.errno
+                roots[name] = exc.errno
         print(json.dumps({"written_mb": written, "err": err, "roots": roots}))
     """, tmpfs_mb=16, file_size_mb=1024))
     import errno
 
     assert out["err"] == f"OSError{errno.ENOSPC}" and out["written_mb"] <= 16
-    assert out["roots"] == {"/": errno.EROFS, "/work": errno.EROFS, "/root": errno.EROFS, "/usr": errno.EROFS,
+    assert out["roots"] == {"/": errno.EROFS, "/usr": errno.EROFS, "interpreter's parent": errno.EROFS,
                             "/checkout": "written"}
     assert not list(tmp_path.glob("checkout-*/fill-*")), "nothing reached the host's copy"
 
