@@ -75,7 +75,8 @@ class RunRecords:
         self._local = isinstance(fs, pafs.LocalFileSystem)
         self._trace_cache: dict[str, list[str]] = {}
         self._decision_count: int | None = None  # counted once, then kept here
-        self._state_lists: dict[str, list[str]] = {}  # what state/<key>.jsonl holds, as written
+        self._state_lists: dict[str, list[str]] = {}  # each state list as this process last wrote it
+        self._state_filed: set[str] = set()  # lists the current small state file reads from state/<key>.jsonl
         #: Called with each decision's record once it is on storage (a live experiment tracker).
         self.decision_listeners: list = []
 
@@ -223,11 +224,13 @@ class RunRecords:
 
     def write_state(self, state: dict) -> None:
         """The algorithm's state after a step, for resume, written so a step pays for what it
-        changed, not for the whole history: every list in the state (an archive, a lineage, the
-        declined edits) lives in ``state/<key>.jsonl`` and only its new items are appended; the
-        rest, with each list's length, is the small ``state/latest.json.gz``, replaced atomically
-        last. A list whose earlier items changed is rewritten whole. A step cut short leaves
-        lines past the recorded lengths, which reading ignores."""
+        changed, not for the whole history. A list that only grows (an archive, a lineage, the
+        declined edits) lives in ``state/<key>.jsonl`` and each step appends its new items; the
+        rest, with each such list's length, is the small ``state/latest.json.gz``, replaced
+        atomically last, so a step cut short leaves lines past the recorded length that reading
+        ignores. A list is kept inline in the small file the first time this process writes it
+        and whenever its earlier items changed (an RNG state), so no file the current small
+        file points to is ever rewritten: a kill at any moment leaves a consistent state."""
         small, lengths = {}, {}
         for key, value in state.items():
             if not (isinstance(value, list) and re.fullmatch(r"[A-Za-z0-9_]+", key)):
@@ -236,13 +239,20 @@ class RunRecords:
             lines = [dumps(item) + "\n" for item in value]
             known = self._state_lists.get(key)
             rel = f"state/{key}.jsonl"
-            if known is not None and lines[: len(known)] == known:
-                if len(lines) > len(known):
-                    self.append_text(rel, "".join(lines[len(known) :]))
-            else:
+            n = len(known) if known is not None else 0
+            grows = known is not None and lines[:n] == known
+            if grows and key in self._state_filed:  # the current small file reads n lines of it
+                if len(lines) > n:
+                    self.append_text(rel, "".join(lines[n:]))
+                lengths[key] = len(lines)
+            elif grows:  # inline until now: the current small file ignores this file, so write it whole
                 self.write_bytes(rel, "".join(lines).encode())
+                self._state_filed.add(key)
+                lengths[key] = len(lines)
+            else:
+                small[key] = value
+                self._state_filed.discard(key)
             self._state_lists[key] = lines
-            lengths[key] = len(lines)
         small[STATE_LISTS] = lengths
         self.write_bytes(STATE, gzip.compress(dumps(small).encode(), compresslevel=1))
 

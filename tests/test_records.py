@@ -46,9 +46,21 @@ def test_decisions_rollouts_and_snapshots_round_trip(tmp_path):
     assert [d["step"] for d in records.decisions()] == [0, 1, 2]
     records.truncate_lines("decisions.jsonl", 2)
     assert [d["step"] for d in records.decisions()] == [0, 1]
-    row = {"run_id": "r", "snapshot_id": "s", "split": "train", "task_id": "t", "trial": 0, "sample_seed": 0,
-           "score": 0.5, "status": "ok", "duration_s": 0.1, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0,
-           "trace_ref": None}
+    row = {
+        "run_id": "r",
+        "snapshot_id": "s",
+        "split": "train",
+        "task_id": "t",
+        "trial": 0,
+        "sample_seed": 0,
+        "score": 0.5,
+        "status": "ok",
+        "duration_s": 0.1,
+        "tokens_in": 0,
+        "tokens_out": 0,
+        "cost_usd": 0.0,
+        "trace_ref": None,
+    }
     records.write_rollouts(rows_to_table([row, {**row, "task_id": "u", "score": 1.0}]), "train-1")
     assert records.rollouts()["score"].to_pylist() == [0.5, 1.0]
     snap = Snapshot.from_dir(REPO / "targets" / "table_demo")
@@ -93,7 +105,10 @@ def test_state_lists_are_appended_not_rewritten_and_a_torn_step_is_ignored(tmp_p
     assert archive.stat().st_ino == inode and archive.stat().st_size == size + len('{"i":3}\n'), "appended in place"
     changed = {"step": 5, "archive": [{"i": -1}] + [{"i": i} for i in range(1, 4)], "rng": [3, [5], None]}
     records.write_state(changed)
-    assert records.read_state() == changed and archive.stat().st_ino != inode, "rewritten when history changed"
+    # history changed: kept inline in the small file, the list file the old state reads untouched
+    assert records.read_state() == changed and archive.stat().st_ino == inode
+    assert archive.read_text() == "".join(f'{{"i":{i}}}\n' for i in range(4))
+    assert not (tmp_path / "run" / "state" / "rng.jsonl").exists(), "a list that changes every step stays inline"
     with open(archive, "a") as f:
         f.write('{"i": 99}\n{"torn"')  # a step killed after appending, before its small file
     assert RunRecords.open(str(tmp_path / "run")).read_state() == changed
