@@ -16,13 +16,11 @@ Everything runs through the evaluator (one concurrent request per rule); the fig
 
 from __future__ import annotations
 
-import io
 import math
 from typing import Any
 
 from algorithms.meta.gate import PRIORITY_SEED
 from algorithms.meta.stats import FamilyReport, meta_validate, transfer_ratio
-from rsi.progress import log
 from rsi.results import Request
 
 
@@ -219,53 +217,12 @@ def tables_of(body: dict, report: dict) -> list[dict]:
 
 
 def plot(records, body: dict) -> str | None:
-    """Gain on SOURCE vs TARGET: the c-family as a line, the evolved rule with its SEs."""
-    try:
-        import matplotlib
+    """Gain on SOURCE vs TARGET: the c-family as a line, the evolved rule with its SEs; the same
+    figure ``rsi report`` draws (``rsi.reporting.figures.meta_scatter``)."""
+    from rsi.reporting.figures import meta_scatter
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("plot skipped: matplotlib is not installed (pip install 'rsi[plot]')")
+    png = meta_scatter(body)
+    if png is None:
         return None
-    src, tgt = body["families"]["source"], body["families"]["target"]
-    sweep, ev = body["c_sweep"], body["validation"]
-    fig, ax = plt.subplots(figsize=(6, 4.5))
-    ax.axhline(0, color="0.8", lw=0.8)
-    ax.axvline(0, color="0.8", lw=0.8)
-    ax.plot(
-        [s["source_gain"] for s in sweep],
-        [s["target_gain"] for s in sweep],
-        "o-",
-        color="tab:blue",
-        label="flat PUCT, c swept",
-    )
-    for s in sweep:
-        ax.annotate(
-            s["rule"], (s["source_gain"], s["target_gain"]), textcoords="offset points", xytext=(4, 4), fontsize=8
-        )
-    ax.errorbar(
-        [ev[src]["gain"]],
-        [ev[tgt]["gain"]],
-        xerr=[_nan0(ev[src]["se"])],
-        yerr=[_nan0(ev[tgt]["se"])],
-        fmt="*",
-        ms=12,
-        color="tab:red",
-        label="evolved rule (± SE)",
-    )
-    ax.plot([0], [0], "s", color="0.3", label="seed rule (c = 1)")
-    ax.set_xlabel(f"gain over the seed rule on {src} (source)")
-    ax.set_ylabel(f"gain over the seed rule on {tgt} (target)")
-    ax.set_title(f"meta-reward gain on validation instances ({body['benchmark']['reward']})", fontsize=10)
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=120)
-    plt.close(fig)
-    records.write_bytes("meta_report.png", buf.getvalue())
+    records.write_bytes("meta_report.png", png)
     return "meta_report.png"
-
-
-def _nan0(v: float) -> float:
-    return 0.0 if v is None or not math.isfinite(v) else v
