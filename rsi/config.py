@@ -279,10 +279,14 @@ def load_config(path: str | Path, overrides: Iterable[tuple[str, str]] = (), raw
     base_dir = path.parent.resolve() if path.name else Path.cwd()
     base_dir = _project_root(base_dir)
 
-    from rsi.registry import algorithm_class, benchmark_class
+    from rsi.registry import algorithm_class, benchmark_class, problem_ref
 
     if "problem" in run.benchmark and "name" not in run.benchmark:  # bring your own problem
         run.benchmark = {"name": "problem", **run.benchmark}
+    if "problem" not in run.benchmark:  # a problem module registered under a short name
+        ref = _registry_call(problem_ref, run.benchmark.get("name"), where, "benchmark.name")
+        if ref is not None:
+            run.benchmark = {**run.benchmark, "problem": ref}
     bench_cls = _registry_call(benchmark_class, run.benchmark.get("name"), where, "benchmark.name")
     bench_params = validate_model(bench_cls.Params, run.benchmark, where, "benchmark")
     algo_cls = _registry_call(algorithm_class, run.algorithm.get("name"), where, "algorithm.name")

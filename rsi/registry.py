@@ -1,7 +1,10 @@
 """Name -> lazily imported class, one table per plugin kind.
 
-Third parties add algorithms through the ``rsi.algorithms`` entry-point group. An unknown name
-raises ConfigError listing the valid ones; nothing else in the code dispatches on names.
+Third parties add algorithms through the ``rsi.algorithms`` entry-point group and benchmarks
+through ``rsi.benchmarks``. A benchmark entry point names either a Benchmark class or a problem
+module (``pkg.module`` or ``pkg.module:Name`` defining ``tasks`` and ``score``), which then runs
+as ``benchmark: {problem: ...}`` under its short name. An unknown name raises ConfigError listing
+the valid ones; nothing else in the code dispatches on names.
 """
 
 from __future__ import annotations
@@ -47,7 +50,8 @@ def _load(table: dict[str, str], kind: str, name: str, group: str | None = None)
         raise ConfigError(f"unknown {kind} {name!r}{hint}; valid: {', '.join(sorted(table))}")
     module, _, attr = table[name].partition(":")
     try:
-        return getattr(importlib.import_module(module), attr)
+        found = importlib.import_module(module)
+        return getattr(found, attr) if attr else found
     except (ModuleNotFoundError, AttributeError) as exc:
         raise ConfigError(f"{kind} {name!r} is not available in this installation: {exc}") from None
 
@@ -57,7 +61,26 @@ def algorithm_class(name: str):
 
 
 def benchmark_class(name: str):
-    return _load(BENCHMARKS, "benchmark", name, group="rsi.benchmarks")
+    found = _load(BENCHMARKS, "benchmark", name, group="rsi.benchmarks")
+    if problem_ref(name) is not None:
+        from rsi.problem import ProblemBenchmark
+
+        return ProblemBenchmark
+    return found
+
+
+def problem_ref(name: str | None) -> str | None:
+    """The module an ``rsi.benchmarks`` entry point names when it is a problem (anything but a
+    Benchmark class: a module, or an object with ``tasks``/``score``); None otherwise."""
+    if not isinstance(name, str) or name in BENCHMARKS:
+        return None
+    value = next((ep.value for ep in entry_points(group="rsi.benchmarks") if ep.name == name), None)
+    if value is None:
+        return None
+    found = _load({name: value}, "benchmark", name)
+    from rsi.benchmark import Benchmark
+
+    return None if isinstance(found, type) and issubclass(found, Benchmark) else value
 
 
 def target_class(kind: str):

@@ -90,7 +90,7 @@ def test_answers_a_qa_task_from_the_prefetched_documents(bench):
 
 def test_model_calls_the_search_tool_then_answers(bench):
     task = bench.split("test")[6]  # Who built the clock tower of Lantern Hall?
-    assert task.meta["answers"] == ["Jonas Pell"]
+    assert task.meta["private"]["answers"] == ["Jonas Pell"]
     steps = [{"tool_calls": [{"name": "search", "arguments": {"query": "clock tower Lantern Hall", "k": 1}}]},
              {"rules": [{"match": "clockmaker Jonas Pell", "reply": "Jonas Pell"}], "default": "unknown"}]
     with ScriptedServer(steps, api_key=KEY) as srv, Snapshot.from_dir(MINIAGENT).check_out() as co:

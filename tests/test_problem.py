@@ -189,3 +189,56 @@ def test_evolve_scope_naming_no_component_fails_validate(tmp_path, capsys):
     assert main(["validate", str(config), "--target.evolve_scope", "[heuristics]"]) == 2
     err = capsys.readouterr().err
     assert "evolve_scope" in err and "heuristics" in err
+
+
+def installed_problem(site: Path, value: str) -> None:
+    """A real installed distribution (package + dist-info) registering ``knapsack`` under the
+    ``rsi.benchmarks`` entry-point group, the way ``pip install`` of a user's package does."""
+    pkg = site / "knap_problems"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "knapsack.py").write_text(textwrap.dedent('''
+        ITEMS = [(4, 5), (3, 4), (2, 3)]   # (weight, value)
+        def tasks(split):
+            return [{"id": f"{split}-{c}", "capacity": c, "items": ITEMS} for c in (5, 7)]
+        class Knapsack:
+            tasks = staticmethod(tasks)
+            @staticmethod
+            def score(task, output):
+                return 1.0
+        def score(task, output):
+            picked = output.get("picked", [])
+            weight = sum(ITEMS[i][0] for i in picked)
+            value = sum(ITEMS[i][1] for i in picked)
+            return {"score": value / 12 if weight <= task["capacity"] else 0.0, "weight": weight}
+    '''))
+    info = site / "knap_problems-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: knap-problems\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(f"[rsi.benchmarks]\nknapsack = {value}\n")
+
+
+@pytest.mark.parametrize("value", ["knap_problems.knapsack", "knap_problems.knapsack:Knapsack"])
+def test_a_problem_module_registered_as_an_entry_point_runs_by_short_name(tmp_path, monkeypatch, value):
+    import importlib
+
+    from rsi.config import load_config
+    from rsi.problem import ProblemBenchmark
+    from rsi.registry import benchmark_class
+
+    installed_problem(tmp_path / "site", value)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    importlib.invalidate_caches()
+    assert benchmark_class("knapsack") is ProblemBenchmark
+    config = problem_run(tmp_path, GOOD_TASKS + GOOD_SCORE, "print('{}')\n")
+    raw = yaml.safe_load(config.read_text())
+    raw["benchmark"] = {"name": "knapsack", "limit": 1}
+    config.write_text(yaml.safe_dump(raw))
+    resolved = load_config(config)
+    assert resolved.bench_params.problem == value
+    bench = ProblemBenchmark(resolved.bench_params, base_dir=resolved.base_dir)
+    assert [t.task_id for t in bench.split("dev")] == ["dev-5"]
+    expected = 1.0 if value.endswith(":Knapsack") else 7 / 12  # items 1 and 2: weight 5, value 7
+    assert bench.score(bench.split("dev")[0], {"picked": [1, 2]}, 0).primary == pytest.approx(expected)
+    with pytest.raises(Exception, match="unknown benchmark 'knapsak'.*did you mean 'knapsack'"):
+        benchmark_class("knapsak")

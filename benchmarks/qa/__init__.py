@@ -1,89 +1,35 @@
-"""QA: a small SearchQA-style suite: questions answered from a shipped corpus of short documents.
+"""QA: the shipped question-answering suite, defined as a one-file problem (``problem.py``).
 
-The corpus describes a fictional archipelago, so a model cannot answer from memory: a harness
-scores only by finding the right document (the MiniAgent ``search`` tool reads the corpus
-from the task input) and answering briefly. Splits: 12 train, 8 dev, 10 test questions.
-
-Task input: ``{"question": str, "corpus": [{"id", "title", "text"}, ...]}``; the accepted
-answers stay in ``meta`` and never reach the rollout. Output: ``{"answer": str, ...}``.
-Primary metric: normalised exact match against any accepted answer (lower case, punctuation
-and articles removed, whitespace collapsed); secondary: ``contains`` (an accepted answer
-appears inside the reply) and token ``f1``.
+``benchmark: {name: qa}`` is a short name for ``benchmark: {problem: benchmarks.qa.problem}``:
+the suite uses the same ``tasks(split)`` / ``score(task, output)`` interface a user's own
+problem does, so the interface is proven by code that ships. See ``problem.py`` for the tasks,
+the scoring and how to point it at your own questions.
 """
 
 from __future__ import annotations
 
-import json
-import re
-import string
-from collections import Counter
-from functools import cached_property
 from pathlib import Path
 
 from pydantic import Field
 
-from rsi.benchmark import Benchmark, BenchmarkParams, Score, Task
-from rsi.errors import ConfigError
-
-DATA = Path(__file__).parent / "data"
-_ARTICLES = re.compile(r"\b(a|an|the)\b")
-_PUNCT = str.maketrans("", "", string.punctuation + "\u2018\u2019\u201c\u201d")
+from benchmarks.qa.problem import f1, normalize
+from rsi.problem import ProblemBenchmark, ProblemParams
 
 
-def normalize(text: str) -> str:
-    text = str(text).lower().translate(_PUNCT)
-    return " ".join(_ARTICLES.sub(" ", text).split())
+class QAParams(ProblemParams):
+    name: str = "qa"
+    problem: str = Field("benchmarks.qa.problem", description="the module defining tasks() and score()")
 
 
-def f1(prediction: str, gold: str) -> float:
-    p, g = normalize(prediction).split(), normalize(gold).split()
-    common = sum((Counter(p) & Counter(g)).values())
-    if not p or not g or not common:
-        return float(p == g)
-    precision, recall = common / len(p), common / len(g)
-    return 2 * precision * recall / (precision + recall)
-
-
-class QAParams(BenchmarkParams):
-    data: str | None = Field(
-        None, description="folder with corpus.json and questions.json (default: the shipped fixture)"
-    )
-
-
-class QA(Benchmark):
+class QA(ProblemBenchmark):
     name = "qa"
     Params = QAParams
-    params: QAParams
 
-    @cached_property
-    def _data(self) -> tuple[list[dict], list[dict]]:
-        folder = DATA if self.params.data is None else (self.base_dir / self.params.data)
-        try:
-            corpus = json.loads((folder / "corpus.json").read_text())
-            questions = json.loads((folder / "questions.json").read_text())
-        except (OSError, json.JSONDecodeError) as exc:
-            raise ConfigError(f"benchmark qa: cannot read {folder}/corpus.json and questions.json: {exc}") from None
-        return corpus, questions
+    def user_paths(self) -> list[Path]:
+        return []  # shipped with the package on every node: nothing of the user's to ship
 
-    def _split(self, split: str) -> list[Task]:
-        corpus, questions = self._data
-        return [
-            Task(
-                q["id"],
-                {"question": q["question"], "corpus": corpus},
-                {"dataset": "qa", "answers": list(q["answers"]), "doc": q.get("doc")},
-            )
-            for q in questions
-            if q["split"] == split
-        ]
+    def source_files(self) -> dict[str, bytes]:
+        return {}
 
-    def score(self, task: Task, output: dict, trial: int) -> Score:
-        answer = output.get("answer") if isinstance(output, dict) else None
-        if isinstance(answer, bool) or not isinstance(answer, (str, int, float)):
-            return Score(0.0, {"em": 0.0, "contains": 0.0, "f1": 0.0})
-        pred = normalize(str(answer))
-        golds = [normalize(a) for a in task.meta["answers"]]
-        em = float(any(pred == g for g in golds))
-        contains = float(any(g and re.search(rf"(^| ){re.escape(g)}( |$)", pred) for g in golds))
-        best_f1 = max(f1(str(answer), a) for a in task.meta["answers"])
-        return Score(em, {"em": em, "contains": contains, "f1": best_f1})
+
+__all__ = ["QA", "QAParams", "f1", "normalize"]

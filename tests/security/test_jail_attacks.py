@@ -297,8 +297,13 @@ def test_a_qa_candidate_cannot_read_the_gold_answers(tmp_path):
         for path in paths + [{str(REPO / 'benchmarks/qa/data/questions.json')!r}]:
             try:
                 for q in json.load(open(path)):
-                    if q.get("id") == task["task_id"] or q.get("question") == task["input"].get("question"):
-                        answer = q.get("answer", answer)
+                    if q.get("id") == task.get("id") or q.get("question") == task.get("question"):
+                        answer = (q.get("answers") or [answer])[0]
+            except (OSError, ValueError, AttributeError, TypeError):
+                pass
+        for value in task.values():  # and nothing in the task it is handed holds an answer
+            try:
+                answer = value.get("answers", [answer])[0]
             except (OSError, ValueError, AttributeError, TypeError):
                 pass
         print(json.dumps({{"answer": answer}}))

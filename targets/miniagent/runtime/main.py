@@ -1,6 +1,6 @@
 """MiniAgent: a minimal tool-using agent loop, run once per task.
 
-Task JSON on stdin (the benchmark payload, whose ``input`` holds the question and corpus);
+Task JSON on stdin (the question and the corpus, bare or wrapped in ``input``);
 one JSON object on stdout: ``{"answer": str, "trace": [...], "usage": {...}}``. The model is
 reached through the openai SDK as the RSI_MODEL_* variables say (README.md beside this file):
 under the runner, over the Unix socket RSI_MODEL_SOCKET names (the rollout's model proxy).
