@@ -100,6 +100,15 @@ class ProgramTarget(Target):
     def entry(self) -> str | None:
         return self.config.entry or self.default_entry
 
+    @property
+    def needs_private_workdir(self) -> bool:
+        """The bubblewrap jail copies the checkout into its own tmpfs, so it only reads the host
+        tree: every rollout of a node can start from the node's one pristine copy, with no copy
+        of its own. The weak ``process`` backend runs in the host tree itself: a fresh copy each."""
+        from rsi.sandbox import resolve_backend
+
+        return resolve_backend(self.config.limits.backend) != "bwrap"
+
     def check(self, snapshot: Snapshot) -> None:
         from rsi.sandbox import check_backend
 
