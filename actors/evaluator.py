@@ -10,6 +10,7 @@ never an exception).
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import itertools
 import math
@@ -30,6 +31,15 @@ from rsi.results import Request, concat, empty_table, rows_to_table
 def sample_seed(run_seed: int, salt: str, task_id: str, trial: int) -> int:
     digest = hashlib.sha256(f"{run_seed}|{salt}|{task_id}|{trial}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one request's rollouts fan out."""
+
+    size: int  # rollouts per remote task
+    threads: int  # rollouts a task runs at once (model-bound rollouts wait; they do not compute)
+    in_flight: int  # remote tasks in flight at once
 
 
 @dataclass
@@ -150,15 +160,33 @@ class Evaluator:
         rollouts sizes its batches from this, never from the cluster the actor first saw."""
         return int(ray.cluster_resources().get("CPU", 0))
 
+    def _plan(self, n: int, cpus: int | None = None) -> Plan:
+        """CPU-bound rollouts (``num_cpus`` >= 1) run one at a time per task, so
+        ``max_concurrency`` caps the tasks in flight. Model-bound rollouts (``num_cpus`` < 1)
+        mostly wait on a model: about two tasks per CPU in flight, each running its share of
+        the ``max_concurrency`` lanes at once on threads, so a few Ray worker processes hold
+        every lane and in-flight rollouts never exceed the cap."""
+        cpus = cpus or self.cpus
+        cap = self.config.max_concurrency
+        if self.config.num_cpus >= 1:
+            size = self._batch_size(n, cpus)
+            return Plan(size, 1, cap or max(1, math.ceil(n / size)))
+        lanes = max(1, min(n, cap or n))
+        size = self.config.batch_size or max(1, math.ceil(lanes / (2 * cpus)))
+        threads = min(size, lanes)
+        if lanes == n:  # the cap does not bind: every task at once
+            return Plan(size, threads, max(1, math.ceil(n / size)))
+        return Plan(size, threads, max(1, lanes // threads))
+
     def _batch_size(self, n: int, cpus: int | None = None) -> int:
+        """Rollouts per task for CPU-bound work: small enough that every CPU gets about four."""
         cpus = cpus or self.cpus
         if self.config.batch_size:
             return self.config.batch_size
         if self.batch_hint:  # equal batches, a whole number per CPU, none over the hint: no lone tail batch
             per_cpu = math.ceil(n / cpus)
             return max(1, math.ceil(per_cpu / math.ceil(per_cpu / self.batch_hint)))
-        slots = cpus if self.config.num_cpus >= 1 else cpus * 4
-        return max(1, min(8, math.ceil(n / (slots * 4))))
+        return max(1, min(8, math.ceil(n / (cpus * 4))))
 
     def _run(self, req: Request, todo: list[RolloutSpec], rid: int) -> tuple[pa.Table, list[dict]]:
         if not todo:
@@ -167,25 +195,28 @@ class Evaluator:
         # request); results never depend on it: seeds and cache keys are per rollout.
         seen, sized_at = self._live_cpus(), time.time()
         self.cpus = cpus = max(1, seen)
-        size = self._batch_size(len(todo), cpus)
+        plan = self._plan(len(todo), cpus)
+        size = plan.size
         batches = [todo[i : i + size] for i in range(0, len(todo), size)]
         remote = ray.remote(run_batch).options(
             num_cpus=self.config.num_cpus,
             resources=self.config.resources or None,
             max_retries=self.config.max_retries,
             retry_exceptions=False,
+            # Waiting rollouts spread over the nodes: a task holding no CPU would otherwise pile
+            # onto the first node with room.
+            scheduling_strategy="SPREAD" if self.config.num_cpus < 1 else "DEFAULT",
         )
         snap_ref = ray.put(req.snapshot)
-        cap = self.config.max_concurrency or len(batches)
         pending: dict = {}
         results: dict[int, tuple] = {}
         returned: dict[int, float] = {}
-        queue = list(enumerate(batches))
+        queue = collections.deque(enumerate(batches))
         while queue or pending:
-            while queue and len(pending) < cap:
-                i, batch = queue.pop(0)
+            while queue and len(pending) < plan.in_flight:
+                i, batch = queue.popleft()
                 ref = remote.remote(
-                    snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split
+                    snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split, plan.threads
                 )
                 pending[ref] = (i, len(batch))
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -231,6 +262,7 @@ class Evaluator:
                 "batch": {
                     "cluster_cpus": seen,
                     "size": size,
+                    "threads": plan.threads,
                     "index": i,
                     "sized_at": sized_at,
                     "returned_at": returned[i],

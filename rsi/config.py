@@ -88,7 +88,12 @@ class EvaluatorConfig(Strict):
         1.0, ge=0, le=1024, description="CPUs per rollout task (0 or a fraction for model-bound work; at most 1024)"
     )
     resources: dict[str, float] = Field(default_factory=dict, description="custom resources per rollout task")
-    max_concurrency: int | None = Field(None, ge=1, description="rollout tasks in flight at once (rate limits)")
+    max_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="rollouts in flight at once (model rate limits). With num_cpus < 1 (model-bound work) "
+        "each Ray task runs several waiting rollouts at once on threads, within this cap",
+    )
     batch_size: int | None = Field(None, ge=1, description="rollouts per remote task (default: automatic)")
     max_retries: int = Field(3, ge=0, description="retries of a rollout task lost to infrastructure failure")
 

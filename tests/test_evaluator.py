@@ -3,9 +3,9 @@
 - ``evaluator.max_concurrency``: every rollout of a program target first calls a real HTTP
   server on 127.0.0.1 (a stand-in for a rate-limited model endpoint) that records how many
   requests are in flight at once. The call is made by the target in the Ray worker, not by the
-  candidate: candidates run in a jail without network. The cap counts rollout *tasks*
-  (batches); the rollouts of one batch run one after another, so in-flight model-bound rollouts
-  never exceed it either.
+  candidate: candidates run in a jail without network. The cap counts rollouts in flight:
+  with batches of 1 it is the number of Ray tasks; a larger batch of model-bound rollouts runs
+  its rollouts at once on threads, and fewer tasks are in flight.
 - retries exhausted: a target whose rollout ends the Ray worker process running it (as an OOM
   kill or a segfault would) on every attempt; the evaluator gives up after ``max_retries`` and
   raises ``ClusterError`` naming the node and the retry count.
@@ -141,7 +141,7 @@ class EndpointCallingTarget(ProgramTarget):
         return super().run(workdir, task, trial, sample_seed)
 
 
-@pytest.mark.parametrize("cap,batch_size,tasks", [(3, 1, 6), (2, 2, 8)])
+@pytest.mark.parametrize("cap,batch_size,tasks", [(3, 1, 6), (2, 2, 8), (4, 4, 8)])
 def test_max_concurrency_bounds_model_bound_rollouts_in_flight(tmp_path, ray_session, by_value, cap, batch_size,
                                                                tasks):
     ids = [f"q{k}" for k in range(tasks)]

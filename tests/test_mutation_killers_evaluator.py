@@ -155,9 +155,7 @@ def test_progress_sums_the_requests_in_flight():
     (17, 2, 1.0, 3),
     (1, 2, 1.0, 1),
     (0, 2, 1.0, 1),     # never 0
-    (20, 2, 0.5, 1),    # fractional CPUs: 4 slots per CPU, ceil(20 / 32)
-    (100, 2, 0.5, 4),   # ceil(100 / 32)
-    (100, 2, 0.0, 4),
+    (20, 2, 0.5, 3),    # the CPU-bound rule whatever the fraction (_plan decides model-bound work)
     (64, 1, 1.0, 8),    # ceil(64 / 4) = 16, at most 8
     (12, 3, 1.0, 1),    # ceil(12 / 12)
     (13, 3, 1.0, 2),
@@ -177,6 +175,30 @@ def test_automatic_batch_size(n, cpus, num_cpus, expected):
 ])
 def test_batch_size_from_a_targets_hint_splits_each_cpus_share_evenly(n, cpus, hint, expected):
     assert evaluator(cpus=cpus, batch_hint=hint)._batch_size(n) == expected
+
+
+@pytest.mark.parametrize("n, cpus, cap, batch_size, plan", [
+    (400, 2, 64, None, (16, 16, 4)),   # two tasks per CPU share the 64 lanes: 4 x 16 in flight
+    (400, 2, None, None, (100, 100, 4)),  # no cap: everything at once, still 4 Ray tasks
+    (6, 2, 3, 1, (1, 1, 3)),          # a configured batch of 1: the cap counts tasks
+    (8, 2, 2, 2, (2, 2, 1)),          # batches of 2 run at once: one task in flight
+    (10, 2, 3, 8, (8, 3, 1)),         # a batch larger than the cap runs the cap's lanes
+    (5, 1, 64, None, (3, 3, 2)),      # the cap does not bind: both tasks at once
+    (100, 2, 10, None, (3, 3, 3)),    # 10 lanes in tasks of 3: 9 in flight, never 12
+    (0, 2, None, None, (1, 1, 1)),
+])
+def test_model_bound_plan_overlaps_waits_within_the_cap(n, cpus, cap, batch_size, plan):
+    config = EvaluatorConfig(num_cpus=0, max_concurrency=cap, batch_size=batch_size)
+    got = evaluator(cpus=cpus, config=config)._plan(n)
+    assert (got.size, got.threads, got.in_flight) == plan
+    if n:
+        assert got.threads * got.in_flight <= (cap or n), "never more rollouts in flight than the cap"
+
+
+@pytest.mark.parametrize("n, cap, plan", [(100, None, (8, 1, 13)), (100, 4, (8, 1, 4)), (3, None, (1, 1, 3))])
+def test_cpu_bound_plan_runs_one_rollout_per_task_and_caps_tasks(n, cap, plan):
+    got = evaluator(cpus=2, config=EvaluatorConfig(num_cpus=1, max_concurrency=cap))._plan(n)
+    assert (got.size, got.threads, got.in_flight) == plan
 
 
 def test_a_configured_batch_size_wins():
