@@ -90,6 +90,8 @@ class EvaluatorClient:
         """Store the freshly executed rows of one call, all its requests together: one traces
         file and one Parquet file per call (a gate round's five measurements are one file,
         not five ~4 KB footers), written before any caller sees a row."""
+        # The evaluator sends each row once, with a mask of the rows it executed for this call.
+        results = [(table, table.filter(mask), traces) for table, mask, traces in results]
         tables = [table for table, _, _ in results]
         for _, fresh, _ in results:
             if fresh.num_rows:

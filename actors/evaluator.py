@@ -11,6 +11,7 @@ never an exception).
 from __future__ import annotations
 
 import collections
+import functools
 import hashlib
 import itertools
 import math
@@ -18,6 +19,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import ray
@@ -25,12 +27,19 @@ import ray
 from actors.rollout import RolloutSpec, run_batch
 from rsi.config import EvaluatorConfig
 from rsi.errors import ClusterError
-from rsi.results import Request, concat, empty_table, rows_to_table
+from rsi.results import SCHEMA, Request, concat, empty_table, from_ipc
 
 
 def sample_seed(run_seed: int, salt: str, task_id: str, trial: int) -> int:
     digest = hashlib.sha256(f"{run_seed}|{salt}|{task_id}|{trial}".encode()).digest()
     return int.from_bytes(digest[:7], "big")
+
+
+@functools.cache
+def _remote_batch():
+    """One remote function for the process: Ray exports a function's code once per
+    ``ray.remote`` object, which cost ~11 ms on every request when made per request."""
+    return ray.remote(run_batch)
 
 
 @dataclass(frozen=True)
@@ -70,8 +79,8 @@ class Evaluator:
         self.run_seed = run_seed
         self.deterministic = deterministic
         self.tasks = {s: {t.task_id: t for t in target.benchmark.split(s)} for s in ("train", "dev", "test")}
-        self.tasks_refs = {s: ray.put(v) for s, v in self.tasks.items()}
-        self.cache: dict[tuple, dict] = {}
+        self.cache: dict[tuple, tuple[int, int]] = {}  # key -> (stored table, row)
+        self.chunks: list[pa.Table] = []
         self.lock = threading.Lock()
         self.progress_by_req: dict[int, _Progress] = {}
         self.req_ids = itertools.count()
@@ -91,9 +100,24 @@ class Evaluator:
         from before rows carried it) are never trusted: those rollouts run again when asked.
         -> ``{"cached": n, "stale": m}``."""
         fresh = table.filter(pc.equal(table["fingerprint"], self.fingerprint))
-        for row in fresh.to_pylist():
-            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], row["fingerprint"])] = row
+        self._remember(fresh)
         return {"cached": fresh.num_rows, "stale": table.num_rows - fresh.num_rows}
+
+    def _remember(self, rows: pa.Table) -> None:
+        """The cache holds Arrow data: each stored table once, and per key where its row is."""
+        if not rows.num_rows:
+            return
+        rows = rows.select(SCHEMA.names).cast(SCHEMA).combine_chunks()
+        chunk = len(self.chunks)
+        self.chunks.append(rows)
+        keys = zip(rows["snapshot_id"].to_pylist(), rows["task_id"].to_pylist(), rows["sample_seed"].to_pylist())
+        for i, (snapshot_id, task_id, seed) in enumerate(keys):
+            self.cache[(snapshot_id, task_id, seed, self.fingerprint)] = (chunk, i)
+
+    def cached_row(self, key: tuple) -> dict | None:
+        """One cached row as a dict (for inspection; the evaluator itself never converts rows)."""
+        where = self.cache.get(key)
+        return None if where is None else self.chunks[where[0]].slice(where[1], 1).to_pylist()[0]
 
     def progress(self) -> dict:
         with self.lock:
@@ -108,20 +132,24 @@ class Evaluator:
     def stats(self) -> dict:
         return {"executed": self.executed, "cache_hits": self.cache_hits, "cached_rows": len(self.cache)}
 
-    def evaluate(self, req: Request) -> tuple[pa.Table, pa.Table, list[dict]]:
-        """-> (all rows of the request, freshly executed rows, their traces)."""
+    def evaluate(self, req: Request) -> tuple[pa.Table, pa.Array, list[dict]]:
+        """-> (all rows of the request in its order, which of them were executed now (a boolean
+        mask: the rest came from the cache), the executed rollouts' traces)."""
         specs = self._specs(req)
-        cached, todo = [], []
-        for spec in specs:
-            row = self.cache.get((req.snapshot.snapshot_id, spec.task_id, spec.sample_seed, self.fingerprint))
-            if row is not None:
-                cached.append({**row, "split": req.split, "trial": spec.trial})
+        hits: list[tuple[int, int, int]] = []  # (position in the request, chunk, row)
+        todo: list[RolloutSpec] = []
+        todo_at: list[int] = []
+        for pos, spec in enumerate(specs):
+            where = self.cache.get((req.snapshot.snapshot_id, spec.task_id, spec.sample_seed, self.fingerprint))
+            if where is not None:
+                hits.append((pos, *where))
             else:
                 todo.append(spec)
+                todo_at.append(pos)
         rid = next(self.req_ids)
         with self.lock:
-            self.cache_hits += len(cached)
-            self.progress_by_req[rid] = _Progress(total=len(specs), done=len(cached))
+            self.cache_hits += len(hits)
+            self.progress_by_req[rid] = _Progress(total=len(specs), done=len(hits))
         try:
             fresh, traces = self._run(req, todo, rid)
             fresh = fresh.set_column(
@@ -132,14 +160,34 @@ class Evaluator:
         finally:
             with self.lock:
                 self.progress_by_req.pop(rid, None)
-        for row in fresh.to_pylist():
-            self.cache[(row["snapshot_id"], row["task_id"], row["sample_seed"], self.fingerprint)] = row
-        order = {(s.task_id, s.trial): i for i, s in enumerate(specs)}
-        table = concat([rows_to_table(cached), fresh])
-        idx = sorted(
-            range(table.num_rows), key=lambda i: order[(table["task_id"][i].as_py(), table["trial"][i].as_py())]
-        )
-        return table.take(pa.array(idx, pa.int64())) if idx else empty_table(), fresh, traces
+        self._remember(fresh)
+        cached = self._gather(hits, req.split, [specs[pos].trial for pos, _, _ in hits])
+        # Both parts are in request order already (fresh rows come back in batch order): one
+        # stable argsort of their positions interleaves them, with no per-row Python.
+        table = concat([cached, fresh])
+        positions = np.array([pos for pos, _, _ in hits] + todo_at, dtype=np.int64)
+        order = np.argsort(positions, kind="stable")
+        mask = np.zeros(len(order), dtype=bool)
+        mask[len(hits) :] = True
+        if not len(order):
+            return empty_table(), pa.array([], pa.bool_()), traces
+        return table.take(pa.array(order)), pa.array(mask[order]), traces
+
+    def _gather(self, hits: list[tuple[int, int, int]], split: str, trials: list[int]) -> pa.Table:
+        """Cached rows, in the order of ``hits``, relabelled with the request's split and trials."""
+        if not hits:
+            return empty_table()
+        parts: list[pa.Table] = []
+        run: list[tuple[int, int]] = []
+        for _, chunk, row in hits:  # consecutive hits from one stored table: one take
+            if run and run[-1][0] != chunk:
+                parts.append(self.chunks[run[0][0]].take(pa.array([r for _, r in run], pa.int64())))
+                run = []
+            run.append((chunk, row))
+        parts.append(self.chunks[run[0][0]].take(pa.array([r for _, r in run], pa.int64())))
+        table = pa.concat_tables(parts)
+        table = table.set_column(SCHEMA.get_field_index("split"), "split", pa.array([split] * len(hits), pa.string()))
+        return table.set_column(SCHEMA.get_field_index("trial"), "trial", pa.array(trials, SCHEMA.field("trial").type))
 
     # ---- internals -----------------------------------------------------------------------
     def _specs(self, req: Request) -> list[RolloutSpec]:
@@ -198,7 +246,7 @@ class Evaluator:
         plan = self._plan(len(todo), cpus)
         size = plan.size
         batches = [todo[i : i + size] for i in range(0, len(todo), size)]
-        remote = ray.remote(run_batch).options(
+        remote = _remote_batch().options(
             num_cpus=self.config.num_cpus,
             resources=self.config.resources or None,
             max_retries=self.config.max_retries,
@@ -215,9 +263,10 @@ class Evaluator:
         while queue or pending:
             while queue and len(pending) < plan.in_flight:
                 i, batch = queue.popleft()
-                ref = remote.remote(
-                    snap_ref, self.target_ref, self.tasks_refs[req.split], batch, self.run_id, req.split, plan.threads
-                )
+                # The batch's own tasks travel with it (the whole split, unpickled per batch, was
+                # most of the fan-out's cost); the target travels as a ref, resolved once per worker.
+                tasks = {spec.task_id: self.tasks[req.split][spec.task_id] for spec in batch}
+                ref = remote.remote(snap_ref, [self.target_ref], tasks, batch, self.run_id, req.split, plan.threads)
                 pending[ref] = (i, len(batch))
             ready, _ = ray.wait(list(pending), num_returns=1)
             for ref in ready:
@@ -252,7 +301,7 @@ class Evaluator:
                 with self.lock:
                     self.progress_by_req[rid].done += n
                     self.executed += n
-        tables = [results[i][0] for i in sorted(results)]
+        tables = [from_ipc(results[i][0]) for i in sorted(results)]
         # How each rollout was batched: the CPUs the request saw, its batch size, when it was
         # sized and when the batch's results came back (epoch seconds): evidence for placement
         # and throughput on a cluster that changes under the run.

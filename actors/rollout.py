@@ -19,10 +19,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-import pyarrow as pa
 import ray
 
-from rsi.results import rows_to_table
+from rsi.results import rows_to_table, to_ipc
 from rsi.snapshot import Snapshot
 from rsi.target import Target
 
@@ -51,6 +50,23 @@ def materialize_once(snapshot: Snapshot) -> Path:
     return dest
 
 
+_RESOLVED: dict = {}  # this worker process's deserialized targets, by object id
+
+
+def resolve_once(ref):
+    """The object behind ``ref``, deserialized once per worker process: a target is the same
+    object for a whole run, and unpickling it for every batch cost more than the batch. A
+    non-ref (a direct call, a test) is returned as it is."""
+    if not isinstance(ref, ray.ObjectRef):
+        return ref
+    key = ref.hex()  # the id, not the ref: holding the ref would pin the object in the store
+    if key not in _RESOLVED:
+        if len(_RESOLVED) >= 8:  # a run has one target; a long-lived worker may serve several
+            _RESOLVED.pop(next(iter(_RESOLVED)))
+        _RESOLVED[key] = ray.get(ref)
+    return _RESOLVED[key]
+
+
 def run_batch(
     snapshot: Snapshot,
     target,
@@ -59,9 +75,13 @@ def run_batch(
     run_id: str,
     split: str,
     threads: int = 1,
-) -> tuple[pa.Table, list[dict]]:
-    """``threads`` > 1 runs that many rollouts of the batch at once: model-bound rollouts spend
-    their time waiting on a model, so one Ray task holding no CPU overlaps many of them."""
+) -> tuple[bytes, list[dict]]:
+    """Rows as Arrow IPC bytes (``rsi.results.from_ipc``), and one trace per rollout.
+    ``tasks``: the batch's own tasks by id. ``target``: the target, or a one-element list
+    holding its object ref (resolved once per worker process). ``threads`` > 1 runs that many
+    rollouts of the batch at once: model-bound rollouts spend their time waiting on a model, so
+    one Ray task holding no CPU overlaps many of them."""
+    target = resolve_once(target[0]) if isinstance(target, list) else target
     pristine = materialize_once(snapshot)
     # Where each rollout ran: evidence for placement (custom resources) and for lost-node retries.
     node_id = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
@@ -105,7 +125,7 @@ def run_batch(
         }
         for spec, (result, _) in zip(specs, results)
     ]
-    return rows_to_table(rows), traces
+    return to_ipc(rows_to_table(rows)), traces
 
 
 def _row(run_id: str, snapshot: Snapshot, split: str, spec: RolloutSpec, result, duration: float) -> dict:

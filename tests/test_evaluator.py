@@ -200,3 +200,31 @@ def test_retries_exhausted_raise_cluster_error_naming_the_node(tmp_path, ray_ses
         message), message
     pids = attempts.read_text().split()
     assert len(pids) == 2 and len(set(pids)) == 2, "the first attempt and one retry, each on a fresh worker"
+
+
+def test_a_request_mixing_cached_and_fresh_rows_keeps_its_order_and_stores_only_the_fresh(tmp_path, ray_session):
+    """The cache holds Arrow data and the actor sends each row once with a mask of the executed
+    ones: the caller still gets the request's order, and only executed rows reach Parquet."""
+    import pyarrow.parquet as pq
+
+    from rsi.records import RunRecords
+
+    ids = [f"q{k}" for k in range(6)]
+    prepared = prepared_run(tmp_path, ids, {"batch_size": 2})
+    records = RunRecords.create(str(tmp_path / "store"), "mix")
+    client = EvaluatorClient.start("mix", prepared.target, prepared.config.run.evaluator, 1, True, records)
+    try:
+        first = client.evaluate(prepared.seed, "test", task_ids=["q4", "q1"])
+        both = client.evaluate(prepared.seed, "test", trials=2)
+        stats = ray.get(client.actor.stats.remote())
+    finally:
+        ray.kill(client.actor)
+    assert first["task_id"].to_pylist() == ["q4", "q1"]
+    assert both["task_id"].to_pylist() == ids * 2 and both["trial"].to_pylist() == [0] * 6 + [1] * 6
+    assert both["score"].to_pylist() == [0.25 * (1 + k % 4) for k in range(6)] * 2
+    # a deterministic target's trial k has sample seed k: q1 and q4 of trial 0 reuse the first call's rows
+    assert stats == {"executed": 12, "cache_hits": 2, "cached_rows": 12}
+    stored = pq.read_table(records.path("rollouts"))
+    assert stored.num_rows == 12 and sorted(stored["task_id"].to_pylist()) == sorted(ids * 2)
+    refs = both["trace_ref"].to_pylist()
+    assert [ref is not None for ref in refs] == [k not in (1, 4) for k in range(6)] + [True] * 6, refs

@@ -220,6 +220,7 @@ def test_the_trusted_side_scores_from_its_own_tree():
 def test_run_batch_runs_a_policy_batch_in_one_jail(monkeypatch, tmp_path):
     from actors import rollout
     from actors.rollout import RolloutSpec, run_batch
+    from rsi.results import from_ipc
     from rsi.snapshot import Snapshot
 
     monkeypatch.setattr(rollout, "NODE_CACHE", tmp_path / "cache")
@@ -229,8 +230,9 @@ def test_run_batch_runs_a_policy_batch_in_one_jail(monkeypatch, tmp_path):
     bench = LandscapeBenchmark(MetaParams(name="meta_landscape", holdout=6, budget=10))
     tasks = {t.task_id: t for t in bench.split("train")}
     seed = Snapshot.from_dir(Path(__file__).resolve().parents[1] / "targets" / "meta_policy")
-    table, traces = run_batch(seed, policy_target(bench), tasks, [RolloutSpec(t, 0, random.randrange(99))
+    rows, traces = run_batch(seed, policy_target(bench), tasks, [RolloutSpec(t, 0, random.randrange(99))
                                                                  for t in tasks], "r", "train")
+    table = from_ipc(rows)
     assert len(starts) == 1 and table.num_rows == 6 and set(table["status"].to_pylist()) == {"ok"}
     assert table["score"].to_pylist() == [auc(run_inner(PRIORITY_SEED, "landscape-source", t.input["instance"],
                                                         t.input["seed"], 10)) for t in tasks.values()]

@@ -56,7 +56,7 @@ def evaluator(fingerprint: str = "fp", *, deterministic: bool = False, run_seed:
     ev.run_id, ev.fingerprint, ev.config = "run", fingerprint, config or EvaluatorConfig()
     ev.run_seed, ev.deterministic = run_seed, deterministic
     ev.tasks = {s: {t.task_id: t for t in SUITE.split(s)} for s in ("train", "dev", "test")}
-    ev.cache, ev.lock, ev.progress_by_req, ev.req_ids = {}, threading.Lock(), {}, itertools.count()
+    ev.cache, ev.chunks, ev.lock, ev.progress_by_req, ev.req_ids = {}, [], threading.Lock(), {}, itertools.count()
     ev.executed, ev.cache_hits, ev.cpus, ev.batch_hint = 0, 0, cpus, batch_hint
     return ev
 
@@ -111,8 +111,10 @@ def test_preload_trusts_only_rows_of_this_fingerprint_and_keys_them_fully():
                             row("t3", 13, fingerprint=None), row("t1", 11, snapshot_id="s2", score=0.25)])
     assert ev.preload(stored) == {"cached": 3, "stale": 2}
     assert set(ev.cache) == {("s1", "t1", 11, "fp"), ("s1", "t2", 12, "fp"), ("s2", "t1", 11, "fp")}
-    assert ev.cache[("s1", "t2", 12, "fp")] == row("t2", 12, score=1.0)
-    assert ev.cache[("s2", "t1", 11, "fp")]["score"] == 0.25
+    assert ev.cached_row(("s1", "t2", 12, "fp")) == row("t2", 12, score=1.0)
+    assert ev.cached_row(("s2", "t1", 11, "fp"))["score"] == 0.25
+    assert ev.cached_row(("s1", "t1", 11, "other")) is None
+    assert len(ev.chunks) == 1 and ev.chunks[0].num_rows == 3, "stored once, as Arrow"
     assert ev.stats() == {"executed": 0, "cache_hits": 0, "cached_rows": 3}
     assert evaluator("fp").preload(empty_table()) == {"cached": 0, "stale": 0}
 
@@ -125,7 +127,7 @@ def test_evaluate_answers_from_the_cache_in_request_order_with_the_requests_spli
               for i, (t, k) in enumerate(sorted(seeds, reverse=True))]
     ev.preload(rows_to_table(stored))
     table, fresh, traces = ev.evaluate(Request(snap, "train", trials=2, salt="salt"))
-    assert fresh.num_rows == 0 and traces == []
+    assert fresh.to_pylist() == [False] * 6 and traces == []
     assert table.schema == SCHEMA
     got = [(r["task_id"], r["trial"], r["split"], r["sample_seed"], r["score"]) for r in table.to_pylist()]
     order = sorted(seeds, reverse=True)

@@ -15,6 +15,7 @@ from actors import rollout as rollout_mod
 from actors.rollout import RolloutSpec, run_batch
 from benchmarks.table import TableBenchmark, TableParams
 from rsi.config import TargetConfig
+from rsi.results import from_ipc
 from rsi.snapshot import Snapshot
 from rsi.target import ProgramTarget
 
@@ -62,7 +63,8 @@ def test_writes_to_the_checkout_never_reach_the_next_rollout(tmp_path, monkeypat
     snapshot = Snapshot.from_dir(src)
     tasks = {t.task_id: t for t in bench.split("train")}
     specs = [RolloutSpec(t, k, k) for k in range(2) for t in tasks]
-    table, traces = run_batch(snapshot, target, tasks, specs, "run", "train")
+    rows, traces = run_batch(snapshot, target, tasks, specs, "run", "train")
+    table = from_ipc(rows)
     assert table["status"].to_pylist() == ["ok"] * len(specs), [(t.get("reason"), t.get("stderr_tail")) for t in traces]
     outputs = [t["output"] for t in traces]
     assert [o["seen"] for o in outputs] == [["components.yaml", "main.py"]] * len(specs), "a rollout saw an earlier one's file"
