@@ -197,7 +197,10 @@ class Run:
             "starting a local Ray" if cfg.run.ray.address == "local" else f"connecting to Ray at {cfg.run.ray.address}"
         )
         phase(where)
-        status.dashboard = connect(cfg.run.ray)
+        startup: list[bytes] = []
+        status.dashboard = connect(cfg.run.ray, startup)
+        if any(startup):
+            self.records.write_bytes("logs/ray-startup.log", b"".join(startup))
         if status.dashboard:
             log(f"Ray dashboard: {status.dashboard}")
         phase("starting the evaluator")
