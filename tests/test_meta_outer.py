@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget

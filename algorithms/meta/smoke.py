@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from algorithms.meta.gate import InvalidProposal
+from algorithms.meta.proposal_check import InvalidProposal
 from algorithms.meta.tree import Tree
 from algorithms.slots import Entry, GateFigures, Member, eligible
 

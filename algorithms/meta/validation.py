@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.stats import FamilyReport, meta_validate, transfer_ratio
 from rsi.results import Request
 

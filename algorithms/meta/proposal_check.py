@@ -1,4 +1,4 @@
-"""The gates a proposed decision rule passes before it becomes a candidate.
+"""The proposal check: the gates a proposed decision rule passes before it becomes a candidate.
 
 This gate confines a rewrite to *making decisions*; it is not a sandbox. A module attribute
 (``random._os``, ``dataclasses.sys``) reaches the whole interpreter past any AST walk, so
