@@ -14,7 +14,7 @@ import yaml
 
 from rsi.driver.cli import main
 from rsi.records import RunRecords
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]

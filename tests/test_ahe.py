@@ -20,7 +20,7 @@ from rsi.errors import WorkerError
 from rsi.driver.evaluate import evaluate_target
 from rsi.records import RunRecords
 from rsi.driver.runner import start_run
-from rsi.scripted_server import ScriptedServer, request_text
+from rsi.testing.scripted_server import ScriptedServer, request_text
 from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]

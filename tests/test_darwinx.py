@@ -15,7 +15,7 @@ import yaml
 
 from rsi.driver.cli import main
 from rsi.driver.resume import resume_run
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.driver.runner import start_run
 from _cluster import comparable
 from _runs import assert_no_secret, of, run

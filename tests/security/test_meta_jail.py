@@ -28,7 +28,7 @@ from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
 from rsi.config import TargetConfig
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 
 from _runs import of, run
 
