@@ -18,7 +18,7 @@ from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import InnerSearch, run_inner
 from algorithms.meta.landscape import SOURCE
 from algorithms.meta.rewards import auc
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.meta.tree import mix
 from algorithms.meta.target import PolicyTarget, build
 from algorithms.meta.validation import c_rule

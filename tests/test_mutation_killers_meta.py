@@ -15,7 +15,7 @@ import pytest
 from algorithms.meta import proposal_check
 from algorithms.meta.proposal_check import (GRID, InvalidProposal, build_policy, build_priority, check_policy_ast,
                                             check_priority_source)
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, \
     transfer_ratio
 from algorithms.meta.tree import PrioritySelection

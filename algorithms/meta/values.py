@@ -33,7 +33,7 @@ from algorithms.meta.proposal_check import (
     build_priority,
     policy_face,
 )
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.slots import slot as slot_spec
 
 
