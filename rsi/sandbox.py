@@ -1,5 +1,5 @@
 """Run one rollout of a ``program`` target so that nothing the candidate does can crash or stall
-its caller (a Ray worker evaluating many rollouts), reach the caller's secrets, or disturb the
+its caller (a Ray worker process evaluating many rollouts), reach the caller's secrets, or disturb the
 rollouts running beside it.
 
 Protocol. ``argv`` (usually ``[sys.executable, entry_script]``) runs with the checkout as cwd; the
@@ -42,7 +42,7 @@ rollouts neither share nor starve it (a shared uid such as ``nobody`` would make
 rollouts split one budget, and let a hostile one exhaust it for the others). It also gives a
 cleanup by identity: after the rollout every process of that uid is killed, those that left the
 process group with setsid included. The processes are found by a scan of /proc, not by a helper
-that becomes the uid and calls kill(-1): forking a large Ray worker costs time in proportion to
+that becomes the uid and calls kill(-1): forking a large Ray worker process costs time in proportion to
 its memory. The scan reads the owner of /proc/PID, which is root for a process that made itself
 non-dumpable, so one that both leaves the group and turns non-dumpable (ssh-agent does) is the
 one escapee this misses.
@@ -318,7 +318,7 @@ def _start(
 
     The jail (uid, capability, rlimits, no_new_privs) is entered through util-linux ``prlimit``
     and ``setpriv`` exec'd in front of the program wherever they work: the spawn then needs no
-    preexec_fn and is a vfork, ~1 ms whatever the caller's size, where forking a 150 MB Ray worker
+    preexec_fn and is a vfork, ~1 ms whatever the caller's size, where forking a 150 MB Ray worker process
     costs ~30 ms. Elsewhere (macOS, images without util-linux) a preexec_fn enters the same jail.
     """
     exe = _resolve(argv[0], cwd, env.get("PATH", os.defpath))

@@ -2,7 +2,7 @@
 
 - ``evaluator.max_concurrency``: every rollout of a program target first calls a real HTTP
   server on 127.0.0.1 (a stand-in for a rate-limited model endpoint) that records how many
-  requests are in flight at once. The call is made by the target in the Ray worker, not by the
+  requests are in flight at once. The call is made by the target in the Ray worker process, not by the
   candidate: candidates run in a jail without network. The cap counts rollout *tasks*
   (batches); the rollouts of one batch run one after another, so in-flight model-bound rollouts
   never exceed it either.
@@ -117,7 +117,7 @@ def prepared_run(tmp_path: Path, test_ids: list[str], evaluator: dict):
 
 @pytest.fixture
 def by_value():
-    """Ray workers cannot import this test module: ship its classes by value."""
+    """Ray worker processes cannot import this test module: ship its classes by value."""
     module = sys.modules[__name__]
     ray.cloudpickle.register_pickle_by_value(module)
     yield

@@ -1,5 +1,5 @@
 """The jailed side of meta-evolve: a decision rule is built, smoke-tested and asked for its
-selections here, inside the rollout jail, never in the driver or a Ray worker.
+selections here, inside the rollout jail, never in the driver or a Ray worker process.
 
 Run by ``algorithms.meta.jailed`` as ``python -I -S jail_harness.py MODE ENTRY FACE TIMEOUT
 MODULE_FILES...`` with cwd = a private checkout holding only the rule file ``ENTRY``. The jail
