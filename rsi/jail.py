@@ -38,7 +38,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rsi.errors import ConfigError
@@ -150,33 +150,7 @@ def command(
         return point
 
     size = str(tmpfs_mb * 1024 * 1024)
-    cmd = [
-        bwrap,
-        "--unshare-all",
-        "--unshare-user",
-        "--disable-userns",
-        "--die-with-parent",
-        "--new-session",
-        "--cap-drop",
-        "ALL",
-        "--uid",
-        str(JAIL_UID),
-        "--gid",
-        str(JAIL_UID),
-        "--hostname",
-        "rsi-jail",
-        "--ro-bind",
-        "/usr",
-        "/usr",
-    ]
-    for link in _SYSTEM_LINKS:
-        if os.path.islink(link):
-            cmd += ["--symlink", os.readlink(link), link]
-        elif os.path.isdir(link):
-            cmd += ["--ro-bind", link, link]
-    for f in _ETC_FILES:
-        if os.path.exists(f):
-            cmd += ["--ro-bind", src(f), f]
+    cmd = [bwrap, *_isolation(), *_system_files(src)]
     # The private /tmp first: an interpreter that lives under /tmp (a venv in a clone there) is
     # bound on top of it below, instead of being hidden by it.
     cmd += [
@@ -204,8 +178,49 @@ def command(
     for host, dest in (binds or {}).items():
         cmd += ["--bind", src(host), dest]
     cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
-    if not staged:
-        return cmd
+    return _staged_first(staged, cmd) if staged else cmd
+
+
+def _isolation() -> list[str]:
+    """bubblewrap's namespaces, capabilities and identity for the jail, and the read-only /usr."""
+    return [
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--uid",
+        str(JAIL_UID),
+        "--gid",
+        str(JAIL_UID),
+        "--hostname",
+        "rsi-jail",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+    ]
+
+
+def _system_files(src: Callable[[str], str]) -> list[str]:
+    """The system's top-level library links and the few /etc files the dynamic loader reads,
+    read-only; ``src`` names where each /etc source is bound from (see ``command``'s ``stage``)."""
+    args: list[str] = []
+    for link in _SYSTEM_LINKS:
+        if os.path.islink(link):
+            args += ["--symlink", os.readlink(link), link]
+        elif os.path.isdir(link):
+            args += ["--ro-bind", link, link]
+    for f in _ETC_FILES:
+        if os.path.exists(f):
+            args += ["--ro-bind", src(f), f]
+    return args
+
+
+def _staged_first(staged: list[tuple[str, str]], cmd: list[str]) -> list[str]:
+    """``cmd`` run after each ``(source, mount point)`` of ``staged`` is bound, as root, in a
+    private mount namespace."""
     _ensure_stage_points(len(staged))
     mounts = " && ".join(f'mount --bind "${i * 2 + 1}" "${i * 2 + 2}"' for i in range(len(staged)))
     script = f'{mounts} && shift {2 * len(staged)} && exec "$@"'
