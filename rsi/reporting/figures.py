@@ -70,13 +70,7 @@ def score_over_steps(view: RunView) -> bytes | None:
             label="admitted (seed included)",
             zorder=4,
         )
-        xs, ys, best = [], [], -math.inf
-        for step, score in sorted(((c.step, c.score) for c in adm if c.score is not None), key=lambda p: p[0]):
-            best = max(best, score)
-            xs.append(step)
-            ys.append(best)
-        xs.append(max(view.steps, xs[-1]))
-        ys.append(ys[-1])
+        xs, ys = _best_so_far(adm, view.steps)
         ax.step(xs, ys, where="post", color=COLORS["admitted"], alpha=0.5, lw=1.5, label="best admitted so far")
     prom = [c for c in cands if c.promoted]
     if prom:
@@ -109,6 +103,18 @@ def score_over_steps(view: RunView) -> bytes | None:
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return _png(fig)
+
+
+def _best_so_far(admitted: list, steps: int) -> tuple[list, list]:
+    """The best admitted score so far as a step line, from the first admission to the run's last step."""
+    xs, ys, best = [], [], -math.inf
+    for step, score in sorted(((c.step, c.score) for c in admitted if c.score is not None), key=lambda p: p[0]):
+        best = max(best, score)
+        xs.append(step)
+        ys.append(best)
+    xs.append(max(steps, xs[-1]))
+    ys.append(ys[-1])
+    return xs, ys
 
 
 def lineage(view: RunView) -> bytes | None:
