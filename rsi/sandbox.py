@@ -228,15 +228,7 @@ def run_program(
     own ``result()``."""
     argv = [os.fspath(a) for a in argv]
     cwd = Path(cwd)
-    if not argv:
-        raise RsiError("run_program needs a command")
-    if not cwd.is_dir():
-        raise RsiError(f"checkout {cwd} does not exist")
-    try:
-        payload = dialogue.opening() if dialogue is not None else (json.dumps(stdin_obj) + "\n").encode()
-    except (TypeError, ValueError) as exc:
-        raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
-
+    payload = _first_input(argv, cwd, stdin_obj, dialogue)
     jailed = resolve_backend(limits.backend) == "bwrap"
     slot = _Slot.acquire() if os.geteuid() == 0 else None
     home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
@@ -273,6 +265,19 @@ def run_program(
     )
 
 
+def _first_input(argv: list[str], cwd: Path, stdin_obj: Any, dialogue: Dialogue | None) -> bytes:
+    """What the program reads first (the task as one JSON line, or the dialogue's opening), after
+    the command and the checkout are checked."""
+    if not argv:
+        raise RsiError("run_program needs a command")
+    if not cwd.is_dir():
+        raise RsiError(f"checkout {cwd} does not exist")
+    try:
+        return dialogue.opening() if dialogue is not None else (json.dumps(stdin_obj) + "\n").encode()
+    except (TypeError, ValueError) as exc:
+        raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
+
+
 def resolve_backend(name: str) -> str:
     """``auto`` is the bubblewrap jail on Linux; elsewhere there is no automatic choice (the
     weak ``process`` backend is only ever an explicit opt-in)."""
@@ -305,6 +310,32 @@ def _probe_uid() -> int:
 # ---- starting the child ------------------------------------------------------------------
 
 
+def _bwrap_command(
+    tools: tuple[str, str],
+    argv: list[str],
+    cwd: Path,
+    rlimits: list[tuple[int, tuple[int, int]]],
+    uid: int | None,
+    limits: Limits,
+    harness: dict[str, str],
+    binds: Mapping[str, str] | None,
+    fds: list[int],
+) -> list[str]:
+    """The argv that enters the bubblewrap jail: rlimits and the uid change through ``tools``,
+    then bubblewrap with the checkout copied in from ``fds`` (see ``jail.command``)."""
+    enter = _jail_argv(tools, [], rlimits, uid, False)
+    return jail.command(
+        jail.translate(argv, cwd, harness),
+        cwd,
+        {h: n for h, n in harness.items()},
+        limits.tmpfs_mb,
+        stage=uid is not None,
+        enter=enter,
+        binds=binds,
+        fds=fds,
+    )
+
+
 def _start(
     argv: list[str],
     cwd: Path,
@@ -332,17 +363,7 @@ def _start(
         tools = _util_linux(uid is not None, False)
         if tools is None:
             raise jail.JailUnavailable("util-linux prlimit and setpriv are needed to enter the jail")
-        enter = _jail_argv(tools, [], rlimits, uid, False)
-        cmd = jail.command(
-            jail.translate(argv, cwd, harness),
-            cwd,
-            {h: n for h, n in harness.items()},
-            limits.tmpfs_mb,
-            stage=uid is not None,
-            enter=enter,
-            binds=binds,
-            fds=fds,
-        )
+        cmd = _bwrap_command(tools, argv, cwd, rlimits, uid, limits, harness, binds, fds)
         preexec, cwd = None, Path("/")
     else:
         keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)
