@@ -153,7 +153,24 @@ def command(
     cmd = [bwrap, *_isolation(), *_system_files(src)]
     # The private /tmp first: an interpreter that lives under /tmp (a venv in a clone there) is
     # bound on top of it below, instead of being hidden by it.
-    cmd += [
+    cmd += _private_mounts(size)
+    for root in python_roots():
+        cmd += ["--ro-bind", src(root), root]
+    for pkg in masked_packages():
+        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
+    cmd += ["--size", size, "--tmpfs", CHECKOUT]
+    cmd += _copy_in(checkout, fds if fds is not None else [])
+    for host, name in harness.items():
+        cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
+    for host, dest in (binds or {}).items():
+        cmd += ["--bind", src(host), dest]
+    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
+    return _staged_first(staged, cmd) if staged else cmd
+
+
+def _private_mounts(size: str) -> list[str]:
+    """The jail's own /proc and /dev, and its private /tmp and /dev/shm of ``size`` bytes each."""
+    return [
         "--proc",
         "/proc",
         "--dev",
@@ -167,18 +184,6 @@ def command(
         "--tmpfs",
         "/dev/shm",
     ]
-    for root in python_roots():
-        cmd += ["--ro-bind", src(root), root]
-    for pkg in masked_packages():
-        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
-    cmd += ["--size", size, "--tmpfs", CHECKOUT]
-    cmd += _copy_in(checkout, fds if fds is not None else [])
-    for host, name in harness.items():
-        cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
-    for host, dest in (binds or {}).items():
-        cmd += ["--bind", src(host), dest]
-    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
-    return _staged_first(staged, cmd) if staged else cmd
 
 
 def _isolation() -> list[str]:

@@ -86,15 +86,7 @@ def score_over_steps(view: RunView) -> bytes | None:
             zorder=5,
         )
     if len(cands) <= 40:
-        for c in cands:
-            ax.annotate(
-                short(c.snapshot_id, 6),
-                (c.step, c.score),
-                textcoords="offset points",
-                xytext=(5, 4),
-                fontsize=7,
-                color="0.35",
-            )
+        _label_points(ax, cands)
     ax.xaxis.set_major_locator(_int_ticks())
     ax.set_xlabel("step")
     ax.set_ylabel(f"{view.split} mean (avg@k per task, then mean)")
@@ -103,6 +95,19 @@ def score_over_steps(view: RunView) -> bytes | None:
     ax.legend(fontsize=8, loc="best")
     fig.tight_layout()
     return _png(fig)
+
+
+def _label_points(ax, cands: list) -> None:
+    """Each candidate's short snapshot id beside its point."""
+    for c in cands:
+        ax.annotate(
+            short(c.snapshot_id, 6),
+            (c.step, c.score),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=7,
+            color="0.35",
+        )
 
 
 def _best_so_far(admitted: list, steps: int) -> tuple[list, list]:
