@@ -27,7 +27,7 @@ class EvaluatorClient:
         self.records = records
         self._seq = 0
         #: Model spend of the rollouts this client ran (agent targets, counted at their model
-        #: proxy): part of the run's budget beside the workers' own spend.
+        #: proxy): part of the run's budget beside the workers' (edit proposers') own spend.
         self.rollout_usage: dict[str, float] = {
             "rollout_tokens_in": 0,
             "rollout_tokens_out": 0,

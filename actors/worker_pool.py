@@ -1,4 +1,5 @@
-"""Worker pool: N Ray actors, each wrapping one Worker backend.
+"""Worker pool: N Ray actors, each wrapping one Worker backend, an edit proposer (``rsi.workers``;
+not to be confused with Ray worker processes, which host these actors and the rollouts).
 
 ``edit`` materialises the parent on the actor's own node (nothing assumes the driver's
 filesystem is visible), places read-only reference versions under relative paths, runs the

@@ -111,7 +111,7 @@ def main() -> None:
             "evaluator + Parquet/trace records": lambda r: ev_rec.evaluate(snap, "train", salt=f"round{r}"),
             "evaluator, read-only target (no checkout copy)": lambda r: ev_ro.evaluate(snap, "train", salt=f"round{r}"),
         }
-        for fn in variants.values():  # warm: worker processes, snapshot on the node, imports
+        for fn in variants.values():  # warm: Ray worker processes, snapshot on the node, imports
             fn(-1)
         times = {name: [] for name in variants}
         for r in range(args.rounds):

@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
-from algorithms.meta.gate import PRIORITY_SEED
 from algorithms.meta.inner import scores
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from rsi.driver.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -7,7 +7,7 @@ process, and as one ``evaluate_many`` call through the evaluator actor as batche
 local Ray with ``--cpus`` CPUs, with the run's records written (Parquet rows and trace files, as
 in a real run). Each fan-out measurement uses fresh
 sample seeds, so nothing is served from the rollout cache; the first one also pays for starting
-the worker processes (reported apart as "cold").
+the Ray worker processes (reported apart as "cold").
 
 Serial and fan-out passes alternate, so the machine's load (shared CPUs) hits both sides of
 each ratio. The fan-out's fixed cost per rollout is measured on the same rollouts at inner

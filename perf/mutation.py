@@ -74,9 +74,11 @@ def _fns(module: str, *names: str) -> tuple[str, ...]:
 TARGETS: dict[str, Target] = {
     "darwinx-gate": Target(
         about="DarwinX's preserve-and-extend gate: solved set, gain/regression mass, screen, sign test + bootstrap",
-        files=("algorithms/darwinx/gate.py",),
-        functions=_fns("algorithms.darwinx.gate", "solved_set", "gate_figures", "screen_passes", "paired_uncertainty"),
-        tests=("tests/test_darwinx_gate.py", "tests/test_mutation_killers_darwinx.py"),
+        files=("algorithms/darwinx/gate_stats.py",),
+        functions=_fns(
+            "algorithms.darwinx.gate_stats", "solved_set", "gate_figures", "screen_passes", "paired_uncertainty"
+        ),
+        tests=("tests/test_darwinx_gate_stats.py", "tests/test_mutation_killers_darwinx.py"),
     ),
     "evaluator-cache": Target(
         about="the rollout cache and resume preload (Evaluator's in-process methods) and the Results schema",
@@ -136,9 +138,10 @@ TARGETS: dict[str, Target] = {
     ),
     "meta-gate-se": Target(
         about="meta-evolve's proposal gate (AST whitelist, grid, build) and the paired gate's standard error",
-        files=("algorithms/meta/gate.py", "algorithms/meta/stats.py", "algorithms/meta/validation.py"),
-        functions=("algorithms.meta.gate.*", "algorithms.meta.stats.*") + _fns("algorithms.meta.validation", "_se"),
-        # test_meta_gate.py judges proposals through the rollout jail (algorithms.meta.jailed): a
+        files=("algorithms/meta/proposal_check.py", "algorithms/meta/stats.py", "algorithms/meta/validation.py"),
+        functions=("algorithms.meta.proposal_check.*", "algorithms.meta.stats.*")
+        + _fns("algorithms.meta.validation", "_se"),
+        # test_meta_proposal_check.py judges proposals through the rollout jail (algorithms.meta.jailed): a
         # child process, out of a mutant's reach. test_mutation_killers_meta.py calls the layers.
         tests=("tests/test_meta_stats.py", "tests/test_mutation_killers_meta.py"),
     ),
@@ -164,27 +167,27 @@ _IMPORT = "return builtins.__import__(name, {})"
 _WHERE = "where = f\"line {{getattr(node, 'lineno', {})}}\""
 _P = "p = 1.0 if {} else min(1.0, 2 * sum(math.comb(n, k) for k in {}) / 2**n)"
 EQUIVALENT: list[tuple[str, str, str, str]] = [
-    # ---- algorithms/darwinx/gate.py
+    # ---- algorithms/darwinx/gate_stats.py
     (
-        "algorithms/darwinx/gate.py",
+        "algorithms/darwinx/gate_stats.py",
         _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
         _P.format("(n == 0) and False", "range(0, min(wins, losses) + 1)"),
         "at n = 0 the formula gives min(1, 2 * C(0, 0) / 2**0) = 1.0 too",
     ),
     (
-        "algorithms/darwinx/gate.py",
+        "algorithms/darwinx/gate_stats.py",
         _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
         _P.format("n == 1", "range(0, min(wins, losses) + 1)"),
         "the formula is 1.0 at n = 0 (2 / 1, capped) and at n = 1 (2 * C(1, 0) / 2)",
     ),
     (
-        "algorithms/darwinx/gate.py",
+        "algorithms/darwinx/gate_stats.py",
         _P.format("n == 0", "range(0, min(wins, losses) + 1)"),
         _P.format("n == 0", "range(min(wins, losses) + 1)"),
         "range(0, x) is range(x)",
     ),
     (
-        "algorithms/darwinx/gate.py",
+        "algorithms/darwinx/gate_stats.py",
         "sums = diffs[rng.integers(0, len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
         "sums = diffs[rng.integers(len(diffs), size=(resamples, len(diffs)))].sum(axis=1)",
         "Generator.integers(n) is integers(0, n): same draws from the same stream",
@@ -232,7 +235,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
         _MEANS.format("self.scores.shape[1]", "None"),
         "unreachable branch: shape[1] == 0 means size == 0, which returned above",
     ),
-    # ---- algorithms/meta/stats.py, algorithms/meta/gate.py
+    # ---- algorithms/meta/stats.py, algorithms/meta/proposal_check.py
     *[
         (
             "algorithms/meta/stats.py",
@@ -263,7 +266,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ],
     *[
         (
-            "algorithms/meta/gate.py",
+            "algorithms/meta/proposal_check.py",
             _IMPORT.format("globals, locals, fromlist, level"),
             _IMPORT.format(new),
             "an absolute import (the only kind let through) reads neither globals nor locals, and level is 0",
@@ -272,7 +275,7 @@ EQUIVALENT: list[tuple[str, str, str, str]] = [
     ],
     *[
         (
-            "algorithms/meta/gate.py::_check_policy_node",
+            "algorithms/meta/proposal_check.py::_check_policy_node",
             _WHERE.format("'?'"),
             _WHERE.format(new),
             "every node kind the policy walk refuses carries a line number",

@@ -2,7 +2,7 @@
 
 A DarwinX run on the table benchmark (scripted worker, rollouts that sleep a little so the run
 is mid-step when killed) is started with its own local Ray, SIGKILLed with all its processes
-(driver, raylet, GCS, workers) right after its first confirm decision, and ``rsi resume`` is
+(driver, raylet, GCS, Ray worker processes) right after its first confirm decision, and ``rsi resume`` is
 started immediately. Measured from the SIGKILL: until the resumed driver reports it has its
 state back (Ray up, state and stored rollouts loaded), and until it stores its first new
 measurement. For scale, a cold ``rsi run`` of the same config, from its launch until it stores
@@ -110,7 +110,7 @@ class Driver:
         return next((t for t, line in list(self.lines) if needle in line), None)
 
     def kill(self) -> None:
-        """SIGKILL the session and everything below it (Ray moves workers to their own groups)."""
+        """SIGKILL the session and everything below it (Ray moves its worker processes to their own groups)."""
         pids = _descendants(self.proc.pid)
         with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)

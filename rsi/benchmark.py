@@ -2,7 +2,7 @@
 
 A Benchmark yields ``train``/``dev``/``test`` task lists (honouring ``limit``) and scores one
 output to a primary metric in [0, 1] plus named secondary metrics. Scoring runs where the
-rollout ran (a Ray worker), so a benchmark object must pickle; it is ``ray.put`` once per
+rollout ran (a Ray worker process), so a benchmark object must pickle; it is ``ray.put`` once per
 evaluation, not shipped per task.
 """
 

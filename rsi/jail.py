@@ -38,7 +38,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from rsi.errors import ConfigError
@@ -150,8 +150,45 @@ def command(
         return point
 
     size = str(tmpfs_mb * 1024 * 1024)
-    cmd = [
-        bwrap,
+    cmd = [bwrap, *_isolation(), *_system_files(src)]
+    # The private /tmp first: an interpreter that lives under /tmp (a venv in a clone there) is
+    # bound on top of it below, instead of being hidden by it.
+    cmd += _private_mounts(size)
+    for root in python_roots():
+        cmd += ["--ro-bind", src(root), root]
+    for pkg in masked_packages():
+        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
+    cmd += ["--size", size, "--tmpfs", CHECKOUT]
+    cmd += _copy_in(checkout, fds if fds is not None else [])
+    for host, name in harness.items():
+        cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
+    for host, dest in (binds or {}).items():
+        cmd += ["--bind", src(host), dest]
+    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
+    return _staged_first(staged, cmd) if staged else cmd
+
+
+def _private_mounts(size: str) -> list[str]:
+    """The jail's own /proc and /dev, and its private /tmp and /dev/shm of ``size`` bytes each."""
+    return [
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        size,
+        "--tmpfs",
+        "/tmp",
+        "--size",
+        size,
+        "--tmpfs",
+        "/dev/shm",
+    ]
+
+
+def _isolation() -> list[str]:
+    """bubblewrap's namespaces, capabilities and identity for the jail, and the read-only /usr."""
+    return [
         "--unshare-all",
         "--unshare-user",
         "--disable-userns",
@@ -169,43 +206,26 @@ def command(
         "/usr",
         "/usr",
     ]
+
+
+def _system_files(src: Callable[[str], str]) -> list[str]:
+    """The system's top-level library links and the few /etc files the dynamic loader reads,
+    read-only; ``src`` names where each /etc source is bound from (see ``command``'s ``stage``)."""
+    args: list[str] = []
     for link in _SYSTEM_LINKS:
         if os.path.islink(link):
-            cmd += ["--symlink", os.readlink(link), link]
+            args += ["--symlink", os.readlink(link), link]
         elif os.path.isdir(link):
-            cmd += ["--ro-bind", link, link]
+            args += ["--ro-bind", link, link]
     for f in _ETC_FILES:
         if os.path.exists(f):
-            cmd += ["--ro-bind", src(f), f]
-    # The private /tmp first: an interpreter that lives under /tmp (a venv in a clone there) is
-    # bound on top of it below, instead of being hidden by it.
-    cmd += [
-        "--proc",
-        "/proc",
-        "--dev",
-        "/dev",
-        "--size",
-        size,
-        "--tmpfs",
-        "/tmp",
-        "--size",
-        size,
-        "--tmpfs",
-        "/dev/shm",
-    ]
-    for root in python_roots():
-        cmd += ["--ro-bind", src(root), root]
-    for pkg in masked_packages():
-        cmd += ["--tmpfs", pkg, "--remount-ro", pkg]
-    cmd += ["--size", size, "--tmpfs", CHECKOUT]
-    cmd += _copy_in(checkout, fds if fds is not None else [])
-    for host, name in harness.items():
-        cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
-    for host, dest in (binds or {}).items():
-        cmd += ["--bind", src(host), dest]
-    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
-    if not staged:
-        return cmd
+            args += ["--ro-bind", src(f), f]
+    return args
+
+
+def _staged_first(staged: list[tuple[str, str]], cmd: list[str]) -> list[str]:
+    """``cmd`` run after each ``(source, mount point)`` of ``staged`` is bound, as root, in a
+    private mount namespace."""
     _ensure_stage_points(len(staged))
     mounts = " && ".join(f'mount --bind "${i * 2 + 1}" "${i * 2 + 2}"' for i in range(len(staged)))
     script = f'{mounts} && shift {2 * len(staged)} && exec "$@"'

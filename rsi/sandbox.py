@@ -1,5 +1,5 @@
 """Run one rollout of a ``program`` target so that nothing the candidate does can crash or stall
-its caller (a Ray worker evaluating many rollouts), reach the caller's secrets, or disturb the
+its caller (a Ray worker process evaluating many rollouts), reach the caller's secrets, or disturb the
 rollouts running beside it.
 
 Protocol. ``argv`` (usually ``[sys.executable, entry_script]``) runs with the checkout as cwd; the
@@ -42,7 +42,7 @@ rollouts neither share nor starve it (a shared uid such as ``nobody`` would make
 rollouts split one budget, and let a hostile one exhaust it for the others). It also gives a
 cleanup by identity: after the rollout every process of that uid is killed, those that left the
 process group with setsid included. The processes are found by a scan of /proc, not by a helper
-that becomes the uid and calls kill(-1): forking a large Ray worker costs time in proportion to
+that becomes the uid and calls kill(-1): forking a large Ray worker process costs time in proportion to
 its memory. The scan reads the owner of /proc/PID, which is root for a process that made itself
 non-dumpable, so one that both leaves the group and turns non-dumpable (ssh-agent does) is the
 one escapee this misses.
@@ -228,15 +228,7 @@ def run_program(
     own ``result()``."""
     argv = [os.fspath(a) for a in argv]
     cwd = Path(cwd)
-    if not argv:
-        raise RsiError("run_program needs a command")
-    if not cwd.is_dir():
-        raise RsiError(f"checkout {cwd} does not exist")
-    try:
-        payload = dialogue.opening() if dialogue is not None else (json.dumps(stdin_obj) + "\n").encode()
-    except (TypeError, ValueError) as exc:
-        raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
-
+    payload = _first_input(argv, cwd, stdin_obj, dialogue)
     jailed = resolve_backend(limits.backend) == "bwrap"
     slot = _Slot.acquire() if os.geteuid() == 0 else None
     home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
@@ -273,6 +265,19 @@ def run_program(
     )
 
 
+def _first_input(argv: list[str], cwd: Path, stdin_obj: Any, dialogue: Dialogue | None) -> bytes:
+    """What the program reads first (the task as one JSON line, or the dialogue's opening), after
+    the command and the checkout are checked."""
+    if not argv:
+        raise RsiError("run_program needs a command")
+    if not cwd.is_dir():
+        raise RsiError(f"checkout {cwd} does not exist")
+    try:
+        return dialogue.opening() if dialogue is not None else (json.dumps(stdin_obj) + "\n").encode()
+    except (TypeError, ValueError) as exc:
+        raise RsiError(f"task input is not JSON-serialisable: {exc}") from exc
+
+
 def resolve_backend(name: str) -> str:
     """``auto`` is the bubblewrap jail on Linux; elsewhere there is no automatic choice (the
     weak ``process`` backend is only ever an explicit opt-in)."""
@@ -305,6 +310,32 @@ def _probe_uid() -> int:
 # ---- starting the child ------------------------------------------------------------------
 
 
+def _bwrap_command(
+    tools: tuple[str, str],
+    argv: list[str],
+    cwd: Path,
+    rlimits: list[tuple[int, tuple[int, int]]],
+    uid: int | None,
+    limits: Limits,
+    harness: dict[str, str],
+    binds: Mapping[str, str] | None,
+    fds: list[int],
+) -> list[str]:
+    """The argv that enters the bubblewrap jail: rlimits and the uid change through ``tools``,
+    then bubblewrap with the checkout copied in from ``fds`` (see ``jail.command``)."""
+    enter = _jail_argv(tools, [], rlimits, uid, False)
+    return jail.command(
+        jail.translate(argv, cwd, harness),
+        cwd,
+        {h: n for h, n in harness.items()},
+        limits.tmpfs_mb,
+        stage=uid is not None,
+        enter=enter,
+        binds=binds,
+        fds=fds,
+    )
+
+
 def _start(
     argv: list[str],
     cwd: Path,
@@ -318,7 +349,7 @@ def _start(
 
     The jail (uid, capability, rlimits, no_new_privs) is entered through util-linux ``prlimit``
     and ``setpriv`` exec'd in front of the program wherever they work: the spawn then needs no
-    preexec_fn and is a vfork, ~1 ms whatever the caller's size, where forking a 150 MB Ray worker
+    preexec_fn and is a vfork, ~1 ms whatever the caller's size, where forking a 150 MB Ray worker process
     costs ~30 ms. Elsewhere (macOS, images without util-linux) a preexec_fn enters the same jail.
     """
     exe = _resolve(argv[0], cwd, env.get("PATH", os.defpath))
@@ -332,17 +363,7 @@ def _start(
         tools = _util_linux(uid is not None, False)
         if tools is None:
             raise jail.JailUnavailable("util-linux prlimit and setpriv are needed to enter the jail")
-        enter = _jail_argv(tools, [], rlimits, uid, False)
-        cmd = jail.command(
-            jail.translate(argv, cwd, harness),
-            cwd,
-            {h: n for h, n in harness.items()},
-            limits.tmpfs_mb,
-            stage=uid is not None,
-            enter=enter,
-            binds=binds,
-            fds=fds,
-        )
+        cmd = _bwrap_command(tools, argv, cwd, rlimits, uid, limits, harness, binds, fds)
         preexec, cwd = None, Path("/")
     else:
         keep_cap = uid is not None and _has_cap(_CAP_DAC_READ_SEARCH)

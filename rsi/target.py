@@ -26,6 +26,7 @@ from rsi.snapshot import Snapshot
 
 if TYPE_CHECKING:
     from rsi.model_proxy import ModelProxy
+    from rsi.sandbox import Outcome
 
 
 @dataclass
@@ -139,26 +140,7 @@ class ProgramTarget(Target):
     ) -> RolloutResult:
         """``proxy``: this rollout's ``rsi.model_proxy.ModelProxy`` (MiniAgentTarget), whose
         environment and socket directory go into the jail."""
-        from rsi.sandbox import Limits, resolve_backend, run_program
-
-        lim = self.config.limits
-        limits = Limits(**lim.model_dump())
-        env, passthrough = self.env()
-        dialogue = self.benchmark.dialogue(task, trial, sample_seed)
-        payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
-        if proxy is not None:
-            env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) == "bwrap")}
-        out = run_program(
-            self.argv(workdir),
-            workdir,
-            payload,
-            limits,
-            env_passthrough=passthrough,
-            env=env,
-            harness=self.benchmark.harness_mounts(),
-            dialogue=dialogue,
-            binds=proxy.binds if proxy is not None else None,
-        )
+        out = self._run_sandboxed(workdir, task, trial, sample_seed, proxy)
         trace: dict[str, Any] = {
             "status": out.status,
             "reason": out.reason,
@@ -201,6 +183,32 @@ class ProgramTarget(Target):
         }
         return RolloutResult(
             primary, "ok", out.duration_s + (time.perf_counter() - t0), trace, metrics=dict(score.metrics)
+        )
+
+    def _run_sandboxed(
+        self, workdir: Path, task: Task, trial: int, sample_seed: int, proxy: ModelProxy | None
+    ) -> Outcome:
+        """The program run once on the task (its payload, or the benchmark's dialogue) under the
+        target's limits, with the proxy's environment and socket directory when there is one."""
+        from rsi.sandbox import Limits, resolve_backend, run_program
+
+        lim = self.config.limits
+        limits = Limits(**lim.model_dump())
+        env, passthrough = self.env()
+        dialogue = self.benchmark.dialogue(task, trial, sample_seed)
+        payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
+        if proxy is not None:
+            env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) == "bwrap")}
+        return run_program(
+            self.argv(workdir),
+            workdir,
+            payload,
+            limits,
+            env_passthrough=passthrough,
+            env=env,
+            harness=self.benchmark.harness_mounts(),
+            dialogue=dialogue,
+            binds=proxy.binds if proxy is not None else None,
         )
 
 

@@ -1,12 +1,57 @@
-"""Helpers shared by the algorithm tests: run a config through the real runner, pick decisions."""
+"""Helpers shared by the algorithm tests: build a table-benchmark scenario, run a config
+through the real runner, pick decisions."""
 
 from __future__ import annotations
 
 import gzip
+import shutil
 from pathlib import Path
+
+import yaml
 
 from rsi.records import RunRecords
 from rsi.driver.runner import start_run
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def table_scenario(tmp_path: Path, algorithm: str, *, name: str, seed: int, table: dict, edits: list[dict],
+                   ask_reply: str, params: dict, worker: dict | None = None, target: dict | None = None,
+                   budget: dict | None = None) -> Path:
+    """A run of ``algorithm`` on the table benchmark, scored as ``table`` says, from a copy of
+    ``targets/table_demo``; the worker is the scripted one replaying ``edits`` (and answering
+    every ask with ``ask_reply``) unless ``worker`` is given. Returns the config's path."""
+    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
+    (tmp_path / "table.yaml").write_text(yaml.safe_dump(table))
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": ask_reply}))
+    cfg = {"name": name, "seed": seed, "storage": str(tmp_path / "runs"),
+           "target": {"path": "target", "kind": "program", "entry": "solve.py", **(target or {})},
+           "benchmark": {"name": "table", "path": "table.yaml"},
+           "algorithm": {"name": algorithm, "worker": worker or {"type": "scripted", "script": "script.yaml"},
+                         **params},
+           **({"budget": budget} if budget else {})}
+    path = tmp_path / f"{algorithm}.yaml"
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return path
+
+
+def scripted_edit(reply: str = "", version: str | None = None, **files) -> dict:
+    """One step of the scripted worker's script: write ``files`` (``None`` deletes one), with
+    ``VERSION`` set to ``version`` when given, and answer ``reply``."""
+    if version is not None:
+        files["VERSION"] = version + "\n"
+    return {"files": files, "reply": reply}
+
+
+def tool_call(name: str, **arguments) -> dict:
+    """A scripted model server step: one tool call."""
+    return {"tool_calls": [{"name": name, "arguments": arguments}]}
+
+
+def agent_worker(base_url: str, api_key_env: str, model: str = "scripted-model", **llm) -> dict:
+    """The built-in agent worker against a scripted model server (``llm`` adds client settings)."""
+    return {"type": "agent", "llm": {"provider": "openai", "model": model, "base_url": base_url,
+                                     "api_key_env": api_key_env, "retry_backoff_s": 0.01, **llm}}
 
 
 def run(path: Path) -> tuple[list[dict], dict, RunRecords]:

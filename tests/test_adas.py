@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
-import yaml
 
 from rsi.driver.cli import main
 from rsi.records import RunRecords
-from rsi.scripted_server import ScriptedServer
-from _runs import assert_no_secret, of, run
+from rsi.testing.scripted_server import ScriptedServer
+from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
-REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": [], "dev": ["d1", "d2"], "test": ["x1"]}
 SCORES = {
     "v0": {"d1": 0.5, "d2": 0.5, "x1": 0.1},
@@ -32,25 +29,12 @@ os.environ["RSI_TEST_ADAS_KEY"] = KEY
 
 def scenario(tmp_path: Path, algorithm: dict, edits: list[dict] | None = None, worker: dict | None = None,
              splits: dict = SPLITS, budget: dict | None = None) -> Path:
-    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
-    (tmp_path / "table.yaml").write_text(yaml.safe_dump({"splits": splits, "scores": SCORES}))
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump({"edits": edits or [], "ask_reply": "unused"}))
-    cfg = {"name": "adas", "seed": 3, "storage": str(tmp_path / "runs"),
-           "target": {"path": "target", "kind": "program", "entry": "solve.py"},
-           "benchmark": {"name": "table", "path": "table.yaml"},
-           "algorithm": {"name": "adas", "worker": worker or {"type": "scripted", "script": "script.yaml"},
-                         **algorithm}, **({"budget": budget} if budget else {})}
-    path = tmp_path / "adas.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
-
-
+    return table_scenario(tmp_path, "adas", name="adas", seed=3, table={"splits": splits, "scores": SCORES},
+                          edits=edits or [], ask_reply="unused", params=algorithm, worker=worker, budget=budget)
 
 
 def edit(version: str | None = None, reply: str = "", **files) -> dict:
-    if version is not None:
-        files["VERSION"] = version + "\n"
-    return {"files": files, "reply": reply}
+    return scripted_edit(reply, version, **files)
 
 
 def dev_rows(records: RunRecords, snapshot_id: str) -> int:
@@ -139,17 +123,14 @@ def test_invalid_designs_declined_and_the_run_goes_on(tmp_path, ray_session):
 
 
 def test_agent_worker_edits_the_directory_and_sees_the_archive(tmp_path, ray_session):
-    def call(name, **arguments):
-        return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
+    call = tool_call
     steps = [call("write_file", path="VERSION", content="v1\n"), call("finish", summary="<DESIGN>v1 answers</DESIGN>"),
              call("read_file", path="VERSION"), call("finish", summary="<DESIGN>v1 answers, reviewed</DESIGN>"),
              call("write_file", path="VERSION", content="v2\n"), call("finish", summary="<DESIGN>try v2</DESIGN>"),
              call("finish", summary="<DESIGN>try v2, reviewed</DESIGN>")]
     budget = {"max_calls": 5}  # 4 model calls in step 1, 3 in step 2: step 3 is never started
     with ScriptedServer(steps, api_key=KEY) as srv:
-        worker = {"type": "agent", "llm": {"provider": "openai", "model": "scripted-model", "base_url": srv.base_url,
-                                           "api_key_env": "RSI_TEST_ADAS_KEY", "retry_backoff_s": 0.01}}
+        worker = agent_worker(srv.base_url, "RSI_TEST_ADAS_KEY")
         decisions, summary, records = run(scenario(tmp_path, {"max_steps": 3, "num_reflections": 1}, worker=worker,
                                                    budget=budget))
         requests = [r["body"] for r in srv.requests]

@@ -9,7 +9,7 @@ import shutil
 import pytest
 
 from rsi.errors import ConfigError, WorkerError
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.snapshot import Snapshot
 from rsi.workers import worker_class
 

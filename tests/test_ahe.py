@@ -20,8 +20,9 @@ from rsi.errors import WorkerError
 from rsi.driver.evaluate import evaluate_target
 from rsi.records import RunRecords
 from rsi.driver.runner import start_run
-from rsi.scripted_server import ScriptedServer, request_text
-from _runs import assert_no_secret, of, run
+from rsi.testing.scripted_server import ScriptedServer, request_text
+from _runs import agent_worker, assert_no_secret, of, run, table_scenario
+from _runs import scripted_edit as edit
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}
@@ -50,29 +51,14 @@ def change(path: str, fix=(), risk=()) -> dict:
     return {"path": path, "fix_tasks": list(fix), "risk_tasks": list(risk)}
 
 
-def edit(reply: str, version: str | None = None, **files) -> dict:
-    if version is not None:
-        files["VERSION"] = version + "\n"
-    return {"files": files, "reply": reply}
-
-
 def scenario(tmp_path: Path, algorithm: dict, edits: list[dict], splits=SPLITS, replicas: int = 1,
              worker: dict | None = None) -> Path:
-    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
-    (tmp_path / "table.yaml").write_text(yaml.safe_dump({"splits": splits, "scores": SCORES}))
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "scripted report"}))
-    cfg = {"name": "ahe", "seed": 5, "storage": str(tmp_path / "runs"),
-           # A key variable named anywhere in the config makes its value a secret no commit may hold.
-           "target": {"path": "target", "kind": "program", "entry": "solve.py",
-                      "model": {"api_key_env": "RSI_TEST_AHE_SECRET"}},
-           "benchmark": {"name": "table", "path": "table.yaml"},
-           "algorithm": {"name": "ahe", **algorithm,
-                         "worker": worker or {"type": "scripted", "script": "script.yaml", "replicas": replicas}}}
-    path = tmp_path / "ahe.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
-
-
+    return table_scenario(tmp_path, "ahe", name="ahe", seed=5, table={"splits": splits, "scores": SCORES},
+                          edits=edits, ask_reply="scripted report", params=algorithm,
+                          worker=worker or {"type": "scripted", "script": "script.yaml", "replicas": replicas},
+                          # A key variable named anywhere in the config makes its value a secret no
+                          # commit may hold.
+                          target={"model": {"api_key_env": "RSI_TEST_AHE_SECRET"}})
 
 
 def prompt(records: RunRecords, name: str) -> str:
@@ -158,9 +144,8 @@ def test_invalid_edits_declined_then_early_stop(tmp_path, ray_session):
 
 def test_a_failing_debugger_call_ends_the_run_visibly(tmp_path, ray_session):
     with ScriptedServer([{"status": 503, "message": "overloaded"}], loop=True, api_key=WORKER_KEY) as srv:
-        worker = {"type": "agent", "replicas": 2, "llm": {
-            "provider": "openai", "model": "scripted-agent", "base_url": srv.base_url,
-            "api_key_env": "RSI_TEST_AHE_WORKER_KEY", "max_retries": 1, "retry_backoff_s": 0.01}}
+        worker = {**agent_worker(srv.base_url, "RSI_TEST_AHE_WORKER_KEY", "scripted-agent", max_retries=1),
+                  "replicas": 2}
         r = start_run(str(scenario(tmp_path, {"max_steps": 2}, [], worker=worker)))
         with pytest.raises(WorkerError, match="gave up after 2 attempts"):
             r.execute()
@@ -260,9 +245,8 @@ def test_end_to_end_miniagent_edited_by_the_agent_worker(tmp_path, ray_session):
                "target": {"path": "miniagent", "kind": "miniagent", "model": llm, "limits": {"timeout_s": 60}},
                "benchmark": {"name": "qa", "limit": 2},
                "algorithm": {"name": "ahe", "max_steps": 3, "worker": {
-                   "type": "agent", "replicas": 2, "max_turns": 5,
-                   "llm": {"provider": "openai", "model": "scripted-agent", "base_url": agent.base_url,
-                           "api_key_env": "RSI_TEST_AHE_WORKER_KEY", "retry_backoff_s": 0.01}}}}
+                   **agent_worker(agent.base_url, "RSI_TEST_AHE_WORKER_KEY", "scripted-agent"),
+                   "replicas": 2, "max_turns": 5}}}
         path = tmp_path / "ahe.yaml"
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         decisions, summary, records = run(path)

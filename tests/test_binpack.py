@@ -181,7 +181,7 @@ def test_skeleton_fails_loudly_when_the_heuristic_raises(tmp_path):
 
 
 def test_score_is_l1_over_bins_and_rejects_invalid_packings():
-    b = pickle.loads(pickle.dumps(bench()))  # scoring runs on Ray workers
+    b = pickle.loads(pickle.dumps(bench()))  # scoring runs in Ray worker processes
     task = Task("x", {"capacity": 10, "items": [6, 5, 4, 5]}, {"dataset": "x", "l1": l1_bound([6, 5, 4, 5], 10)})
     assert task.meta["l1"] == 2
     assert b.score(task, {"assignment": [0, 1, 0, 1], "bins_used": 1}, 0).primary == 1.0  # bins_used ignored

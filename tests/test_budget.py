@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,8 +4,6 @@ known in advance, so each gate is checked decision by decision through the real 
 from __future__ import annotations
 
 import os
-import shutil
-import textwrap
 from collections import Counter
 from pathlib import Path
 
@@ -15,10 +13,10 @@ import yaml
 
 from rsi.driver.cli import main
 from rsi.driver.resume import resume_run
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.driver.runner import start_run
 from _cluster import comparable
-from _runs import assert_no_secret, of, run
+from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-darwinx-test-key-0123456789"
@@ -27,24 +25,12 @@ os.environ["RSI_TEST_DARWINX_KEY"] = KEY
 
 
 def scenario(tmp_path: Path, table: dict, edits: list[dict], algorithm: dict, ask_reply: str = "learned") -> Path:
-    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
-    (tmp_path / "table.yaml").write_text(yaml.safe_dump(table))
-    (tmp_path / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": ask_reply}))
-    cfg = {
-        "name": "dx", "seed": 7, "storage": str(tmp_path / "runs"),
-        "target": {"path": "target", "kind": "program", "entry": "solve.py"},
-        "benchmark": {"name": "table", "path": "table.yaml"},
-        "algorithm": {"name": "darwinx", "worker": {"type": "scripted", "script": "script.yaml"},
-                      "screen_size": len(table["splits"]["train"]), **algorithm},
-    }
-    path = tmp_path / "darwinx.yaml"
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-    return path
-
+    return table_scenario(tmp_path, "darwinx", name="dx", seed=7, table=table, edits=edits, ask_reply=ask_reply,
+                          params={"screen_size": len(table["splits"]["train"]), **algorithm})
 
 
 def version(v: str) -> dict:
-    return {"files": {"VERSION": v + "\n"}, "reply": f"switch to {v}"}
+    return scripted_edit(f"switch to {v}", v)
 
 
 
@@ -329,9 +315,7 @@ def test_bad_parameters_exit_2(tmp_path, capsys, override, needle):
 
 def test_agent_worker_edits_the_directory_through_its_write_tool(tmp_path, ray_session):
     """The built-in coding agent against the scripted model server (real openai SDK)."""
-    def call(name, **arguments):
-        return {"tool_calls": [{"name": name, "arguments": arguments}]}
-
+    call = tool_call
     table = {"splits": SPLITS, "scores": {
         "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5, "x1": 0.0}, "v1": {"t1": 1.0, "t2": 0.5, "t3": 0.5, "x1": 1.0}}}
     steps = [call("read_file", path="VERSION"), call("write_file", path="VERSION", content="v1\n"),
@@ -339,9 +323,7 @@ def test_agent_worker_edits_the_directory_through_its_write_tool(tmp_path, ray_s
     with ScriptedServer(steps, api_key=KEY) as srv:
         path = scenario(tmp_path, table, [], {"max_steps": 1, "merge_every": 0})
         cfg = yaml.safe_load(path.read_text())
-        cfg["algorithm"]["worker"] = {"type": "agent", "llm": {
-            "provider": "openai", "model": "scripted-model", "base_url": srv.base_url,
-            "api_key_env": "RSI_TEST_DARWINX_KEY", "retry_backoff_s": 0.01}}
+        cfg["algorithm"]["worker"] = agent_worker(srv.base_url, "RSI_TEST_DARWINX_KEY")
         path.write_text(yaml.safe_dump(cfg))
         decisions, summary, records = run(path)
         prompt = srv.requests[0]["body"]["messages"][-1]["content"]

@@ -2,8 +2,8 @@
 
 - ``evaluator.max_concurrency``: every rollout of a program target first calls a real HTTP
   server on 127.0.0.1 (a stand-in for a rate-limited model endpoint) that records how many
-  requests are in flight at once. The call is made by the target in the Ray worker, not by the
-  candidate: candidates run in a jail without network. The cap counts rollouts in flight:
+  requests are in flight at once. The call is made by the target in the Ray worker process, not by
+  the candidate: candidates run in a jail without network. The cap counts rollouts in flight:
   with batches of 1 it is the number of Ray tasks; a larger batch of model-bound rollouts runs
   its rollouts at once on threads, and fewer tasks are in flight.
 - retries exhausted: a target whose rollout ends the Ray worker process running it (as an OOM
@@ -117,7 +117,7 @@ def prepared_run(tmp_path: Path, test_ids: list[str], evaluator: dict):
 
 @pytest.fixture
 def by_value():
-    """Ray workers cannot import this test module: ship its classes by value."""
+    """Ray worker processes cannot import this test module: ship its classes by value."""
     module = sys.modules[__name__]
     ray.cloudpickle.register_pickle_by_value(module)
     yield

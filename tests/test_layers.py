@@ -5,7 +5,9 @@ of every module, against what its layer may import.
   ``cluster``, ``benchmarks`` (the registry names plugins by import string, never by import);
 - ``algorithms/`` and ``benchmarks/`` import the core only (no Ray, no actors, no cluster);
 - ``actors/`` and ``cluster/`` import the core (and Ray), never an algorithm or a benchmark;
-- ``rsi/driver/`` (the runner and the CLI) wires everything together.
+- ``rsi/driver/`` (the runner and the CLI) wires everything together;
+- ``rsi/testing/`` holds test doubles (the scripted model server): tests and demos use them,
+  no other layer imports them, the driver included.
 """
 
 from __future__ import annotations
@@ -67,6 +69,18 @@ def violations() -> list[str]:
 
 def test_every_layer_imports_only_what_it_may():
     assert violations() == []
+
+
+def test_test_doubles_are_imported_by_no_layer():
+    found = [
+        f"{path.relative_to(REPO).as_posix()} imports {module}"
+        for layer in RULES
+        for path in sorted((REPO / layer).rglob("*.py"))
+        if path.relative_to(REPO).parts[:2] != ("rsi", "testing")
+        for module in sorted(imports(path))
+        if module == "rsi.testing" or module.startswith("rsi.testing.")
+    ]
+    assert found == []
 
 
 def test_the_allowed_crossings_still_exist():

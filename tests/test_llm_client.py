@@ -9,7 +9,7 @@ import pytest
 
 from rsi.errors import ConfigError, WorkerError
 from rsi.llm import LLMConfig, check_credentials, make_client, miniagent_env
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 
 KEY = "scripted-test-key-7f3a9c"
 TOOLS = [{"name": "lookup", "description": "look a word up",

@@ -11,7 +11,7 @@ import pytest
 
 from rsi.errors import WorkerError
 from rsi.llm import LLMConfig, make_client
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 
 
 def client_for(srv, **kw):
@@ -59,7 +59,7 @@ def test_stop_ends_hung_responses_promptly():
 def test_command_line_serves_a_script_file(tmp_path):
     script = tmp_path / "script.yaml"
     script.write_text("steps:\n  - text: from the file\n  - status: 503\nloop: false\n")
-    proc = subprocess.Popen([sys.executable, "-m", "rsi.scripted_server", "--script", str(script)],
+    proc = subprocess.Popen([sys.executable, "-m", "rsi.testing.scripted_server", "--script", str(script)],
                             stdout=subprocess.PIPE, text=True)
     try:
         line = proc.stdout.readline()

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from algorithms.meta.binpack import SEED_PROGRAM, BinpackDomain, _build, quality
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.harbor import DockerRunner, HarborProblem, LocalRunner, docker_client, load_task
 from algorithms.meta.inner import c_sweep, run_inner, tree_search
 from algorithms.meta.landscape import SOURCE, TARGET

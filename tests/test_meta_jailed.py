@@ -14,11 +14,11 @@ import pytest
 
 from algorithms.meta import jailed
 from algorithms.meta.benchmark import BinpackParams, BinpackSearchBenchmark, LandscapeBenchmark, MetaParams
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import InnerSearch, run_inner
 from algorithms.meta.landscape import SOURCE
 from algorithms.meta.rewards import auc
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.meta.tree import mix
 from algorithms.meta.target import PolicyTarget, build
 from algorithms.meta.validation import c_rule
@@ -144,7 +144,7 @@ def test_the_check_runs_the_proposal_in_the_jail_only(monkeypatch):
     (argv, harness), = calls
     assert argv[:4] == [argv[0], "-I", "-S", str(jailed.HARNESS)] and argv[4:7] == ["check", "policy.py",
                                                                                       "policy:node_selection"]
-    assert set(harness.values()) == {"jail_harness.py", "errors.py", "slots.py", "tree.py", "gate.py", "smoke.py"}
+    assert set(harness.values()) == {"jail_harness.py", "errors.py", "slots.py", "tree.py", "proposal_check.py", "smoke.py"}
     # The AST layers reject without a jail at all.
     assert not validate_proposal(priority_selection(), "import os\n")[0] and len(calls) == 1
 

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
@@ -21,7 +21,7 @@ from algorithms.meta.validation import c_rule, placement
 from rsi.benchmark import Task
 from rsi.driver.cli import main
 from rsi.config import TargetConfig
-from rsi.scripted_server import ScriptedServer, request_text
+from rsi.testing.scripted_server import ScriptedServer, request_text
 from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]

@@ -4,7 +4,8 @@ import random
 
 import pytest
 
-from algorithms.meta.tree import FlatPuct
+from algorithms.meta.seeds import seed_source
+from algorithms.meta.tree import FlatPuct, Tree
 from algorithms.meta.values import policy_source
 from algorithms.slots import (SLOTS, Entry, ExploreOrBestLineage, GateFigures, HighestTrainMean, Member,
                               NodeSelection, ParentSelection, PreserveAndExtend, UnionPairing, UniformScreen,
@@ -98,3 +99,30 @@ def test_seed_sources_decide_like_the_defaults():
     assert isinstance(_built("node_selection"), NodeSelection)
     assert set(SLOTS) == {"node_selection", "parent_selection", "screen_sampling", "acceptance",
                           "merge_pairing", "promotion"}
+
+
+@pytest.mark.parametrize("name", sorted(SLOTS))
+def test_each_seed_source_is_its_default_rule_written_out(name):
+    """The seed is generated from the default rule, never a second copy of it."""
+    import inspect
+    import textwrap
+
+    default = type(SLOTS[name].make_default())
+    source = seed_source(name)
+    body = textwrap.dedent(inspect.getsource(default)).split(f"class {default.__name__}:", 1)[1]
+    assert f"class Policy:{body}" in source
+    assert seed_source(name) is source  # generated once per process
+
+
+def test_the_node_selection_seed_selects_like_flat_puct_with_rated_priors():
+    tree = Tree(policy=None)
+    tree.add_root(0.2)
+    for parent, value, prior in ((0, 0.5, 0.9), (0, 0.1, None), (1, 0.7, 0.05), (2, 0.3, 2.0)):
+        tree.reserve(tree.nodes[parent])
+        tree.expand(tree.nodes[parent], value, prior=prior)
+    seed = _built("node_selection")
+    for _ in range(12):
+        node = seed.select(tree)
+        assert node is FlatPuct(1.0).select(tree)
+        tree.reserve(node)
+        tree.expand(node, 0.4, prior=0.3)

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import run_inner
 from algorithms.meta.landscape import SOURCE, TARGET
 from algorithms.meta.rewards import MetaOutcome, auc, final_reward, reward_named, rollouts_to

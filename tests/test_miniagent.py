@@ -17,7 +17,7 @@ from rsi.errors import ConfigError
 from rsi.llm import LLMConfig
 from rsi.model_proxy import ModelProxy
 from rsi.sandbox import Limits, run_program
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.snapshot import Snapshot
 from rsi.target import MiniAgentTarget
 

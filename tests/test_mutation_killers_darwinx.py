@@ -4,7 +4,7 @@ against a mutant ``perf/mutation.py darwinx-gate`` found alive; values are worke
 
 from __future__ import annotations
 
-from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, solved_set
+from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes, solved_set
 from algorithms.slots import TOLERANCE
 
 

@@ -1,7 +1,7 @@
 """meta-evolve's paired gate and its standard error, and the proposal gate's layers that run in
 this process (parse, AST whitelist, the narrow face's grid and the policy build, which the engine
 runs in-process for trusted text only), at the edges ``perf/mutation.py meta-gate-se`` found
-untested. The gate's own tests (test_meta_gate.py) judge proposals through the rollout jail, a
+untested. The gate's own tests (test_meta_proposal_check.py) judge proposals through the rollout jail, a
 child process a mutant in this process cannot reach; these call the layers directly.
 Expected values are worked out by hand."""
 
@@ -12,10 +12,10 @@ import math
 import numpy as np
 import pytest
 
-from algorithms.meta import gate
-from algorithms.meta.gate import (GRID, InvalidProposal, build_policy, build_priority, check_policy_ast,
-                                  check_priority_source)
-from algorithms.meta.smoke import seed_source
+from algorithms.meta import proposal_check
+from algorithms.meta.proposal_check import (GRID, InvalidProposal, build_policy, build_priority, check_policy_ast,
+                                            check_priority_source)
+from algorithms.meta.seeds import seed_source
 from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, \
     transfer_ratio
 from algorithms.meta.tree import PrioritySelection
@@ -234,12 +234,12 @@ def test_the_narrow_faces_namespace_refuses_other_imports_and_builtins_even_past
     import ast
 
     with pytest.raises(ImportError) as exc:
-        gate._face_function_object(ast.parse("import os\ndef priority(*a):\n    return 0.0\n"))
+        proposal_check._face_function_object(ast.parse("import os\ndef priority(*a):\n    return 0.0\n"))
     assert str(exc.value) == "import of 'os' is not allowed here"
-    fn = gate._face_function_object(ast.parse("def priority(*a):\n    return open\n"))
+    fn = proposal_check._face_function_object(ast.parse("def priority(*a):\n    return open\n"))
     with pytest.raises(NameError):
         fn()
-    importer = gate._restricted_import(frozenset({"math"}))
+    importer = proposal_check._restricted_import(frozenset({"math"}))
     assert importer("math") is math
     for args in (("os",), ("math", None, None, (), 1)):
         with pytest.raises(ImportError) as exc:
@@ -318,28 +318,28 @@ def test_the_grid_includes_the_root():
     assert all(0.0 in axis for axis in GRID[:5]) and 1.0 in GRID[5]
 
 
-@pytest.mark.skipif(not hasattr(gate, "prefilter"), reason="the jailed gate's driver side is not in this tree")
+@pytest.mark.skipif(not hasattr(proposal_check, "prefilter"), reason="the jailed gate's driver side is not in this tree")
 def test_prefilter_runs_the_ast_layers_of_each_face():
-    gate.prefilter(gate.PRIORITY_FACE, face("return rank / visits"))  # the grid is not an AST layer
+    proposal_check.prefilter(proposal_check.PRIORITY_FACE, face("return rank / visits"))  # the grid is not an AST layer
     with pytest.raises(InvalidProposal) as exc:
-        gate.prefilter(gate.PRIORITY_FACE, face("rank"))
+        proposal_check.prefilter(proposal_check.PRIORITY_FACE, face("rank"))
     assert str(exc.value) == "line 4: a bare expression statement does nothing"
-    face_name = gate.policy_face("node_selection")
+    face_name = proposal_check.policy_face("node_selection")
     assert face_name == "policy:node_selection"
-    gate.prefilter(face_name, "class Policy:\n    pass\n")  # builds nothing: no Protocol check here
+    proposal_check.prefilter(face_name, "class Policy:\n    pass\n")  # builds nothing: no Protocol check here
     with pytest.raises(InvalidProposal) as exc:
-        gate.prefilter(face_name, "x = 1\n")
+        proposal_check.prefilter(face_name, "x = 1\n")
     assert str(exc.value) == "the source must define a top-level class named Policy"
     with pytest.raises(ValueError) as exc:
-        gate.prefilter("policies", "x = 1\n")
+        proposal_check.prefilter("policies", "x = 1\n")
     assert str(exc.value) == "unknown face 'policies'"
     with pytest.raises(Exception):
-        gate.policy_face("no_such_slot")
+        proposal_check.policy_face("no_such_slot")
 
 
-@pytest.mark.skipif(not hasattr(gate, "build_checked_policy"), reason="not in this tree")
+@pytest.mark.skipif(not hasattr(proposal_check, "build_checked_policy"), reason="not in this tree")
 def test_build_checked_policy_takes_a_checked_module_or_its_compiled_code():
     module = check_policy_ast(seed_source("node_selection"))
-    assert type(gate.build_checked_policy(module, "node_selection")).__module__ == "rsi_policy"
+    assert type(proposal_check.build_checked_policy(module, "node_selection")).__module__ == "rsi_policy"
     code = compile(module, "<jailed>", "exec")
-    assert type(gate.build_checked_policy(code, "node_selection")).select.__code__.co_filename == "<jailed>"
+    assert type(proposal_check.build_checked_policy(code, "node_selection")).select.__code__.co_filename == "<jailed>"

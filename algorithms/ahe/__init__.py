@@ -139,14 +139,7 @@ class AHE(Algorithm):
 
     def evolve_round(self) -> None:
         parent = self.version
-        if not self.p.use_debugger:
-            diagnosis = self.raw_traces()
-        elif self.diagnosis[0] == parent.snapshot_id:
-            diagnosis = self.diagnosis[1]  # the last round was declined: same version, same traces
-        else:
-            diagnosis = self.debug(parent)
-            self.diagnosis = (parent.snapshot_id, diagnosis)
-        edited = self.workers.edit(0, parent, self.evolve_prompt(parent, diagnosis))
+        edited = self.workers.edit(0, parent, self.evolve_prompt(parent, self.diagnose(parent)))
         reply = edited.reply
         child, discarded = self.commit_edit(parent, edited)
         if child is None:
@@ -199,6 +192,17 @@ class AHE(Algorithm):
             "rollback_sources": {p: parent.text(p) if p in parent.files else None for p in changed},
         }
         self.adopt(child)
+
+    def diagnose(self, parent: Snapshot) -> dict:
+        """What the Evolve Agent is shown of ``parent``'s failures: the raw traces, or the
+        debugger's reports (run once per version: a declined round reuses them)."""
+        if not self.p.use_debugger:
+            return self.raw_traces()
+        if self.diagnosis[0] == parent.snapshot_id:
+            return self.diagnosis[1]  # the last round was declined: same version, same traces
+        diagnosis = self.debug(parent)
+        self.diagnosis = (parent.snapshot_id, diagnosis)
+        return diagnosis
 
     # ---- the Agent Debugger ----------------------------------------------------------------
     def debug(self, version: Snapshot) -> dict:

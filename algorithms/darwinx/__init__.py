@@ -23,8 +23,8 @@ import random
 from dataclasses import dataclass
 
 from algorithms.darwinx import _prompts
-from algorithms.darwinx.archive import Candidate, common_ancestor
-from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
+from algorithms.darwinx.candidate import Candidate, common_ancestor
+from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
 from algorithms.darwinx.params import DarwinXParams
 from algorithms.slots import ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm

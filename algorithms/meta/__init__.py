@@ -16,11 +16,11 @@ c-sweep), ``jailed`` and ``jail_harness`` (the two sides of the jail), ``landsca
 validation, transfer).
 """
 
-from algorithms.meta.gate import PRIORITY_SEED, InvalidProposal
 from algorithms.meta.inner import DOMAINS, Expansion, c_sweep, domain_named, run_inner, scores, tree_search
 from algorithms.meta.mutate import mutate_priority, mutate_source, symbolic_proposals
+from algorithms.meta.proposal_check import PRIORITY_SEED, InvalidProposal
 from algorithms.meta.rewards import MetaOutcome, auc, final_reward, reward_named, rollouts_to
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, transfer_ratio
 from algorithms.meta.tree import FlatPuct, Node, PrioritySelection, Tree
 from algorithms.meta.values import ParamSlot, SourceSlot, policy_source, priority_selection, validate_proposal

@@ -6,7 +6,7 @@ quality on the instance's train item lists and the held-out value the same on it
 lists. Quality of one list is ``l1_bound / bins_used`` (1 = as few bins as the lower bound).
 A program that fails to build, raises, or returns an invalid packing is a failed node.
 
-Mutated programs run in this process (the worker's, on the trusted side of a rollout). They
+Mutated programs run in this process (the Ray worker process of the rollout, on its trusted side). They
 come from the offline mutator applied to the project's own seed heuristic, so no candidate
 writes them: the decision rule under evaluation only chooses which node is mutated next, and it
 answers from the rollout jail (``algorithms.meta.jailed``). A misbehaving program can cost a

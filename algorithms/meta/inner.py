@@ -126,7 +126,7 @@ def compile_policy(policy: Any) -> Any:
     built in this process (trusted text only: candidate rules run in the jail)."""
     if not isinstance(policy, str):
         return policy
-    from algorithms.meta.gate import InvalidProposal
+    from algorithms.meta.proposal_check import InvalidProposal
     from algorithms.meta.values import priority_selection
 
     try:

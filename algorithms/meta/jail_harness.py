@@ -1,10 +1,10 @@
 """The jailed side of meta-evolve: a decision rule is built, smoke-tested and asked for its
-selections here, inside the rollout jail, never in the driver or a Ray worker.
+selections here, inside the rollout jail, never in the driver or a Ray worker process.
 
 Run by ``algorithms.meta.jailed`` as ``python -I -S jail_harness.py MODE ENTRY FACE TIMEOUT
 MODULE_FILES...`` with cwd = a private checkout holding only the rule file ``ENTRY``. The jail
 cannot import this project's packages (they are masked), so the few pure modules the gate needs
-(``rsi/errors.py``, ``algorithms/slots.py``, ``algorithms/meta/{tree,gate,smoke}.py``) arrive as
+(``rsi/errors.py``, ``algorithms/slots.py``, ``algorithms/meta/{tree,proposal_check,smoke}.py``) arrive as
 harness files, read-only, and are loaded here by path under their own names, so a policy's
 whitelisted ``from algorithms.meta.tree import Node`` still resolves. FACE is ``priority`` (the
 narrow face) or ``policy:<slot>``.
@@ -45,7 +45,13 @@ import types
 
 sys.dont_write_bytecode = True  # a checkout is committed after rollouts: no __pycache__ in it
 
-MODULES = ("rsi.errors", "algorithms.slots", "algorithms.meta.tree", "algorithms.meta.gate", "algorithms.meta.smoke")
+MODULES = (
+    "rsi.errors",
+    "algorithms.slots",
+    "algorithms.meta.tree",
+    "algorithms.meta.proposal_check",
+    "algorithms.meta.smoke",
+)
 
 
 def load_modules(files):
@@ -76,34 +82,34 @@ class Rule:
     face its compile and grid (a whitelisted pure function: no state to carry)."""
 
     def __init__(self, mods, face, source):
-        self.gate, self.tree = mods["algorithms.meta.gate"], mods["algorithms.meta.tree"]
+        self.proposal_check, self.tree = mods["algorithms.meta.proposal_check"], mods["algorithms.meta.tree"]
         self.face, self.source, self.reason = face, source, None
         try:
-            if face == self.gate.PRIORITY_FACE:
-                self.priority = self.gate.check_priority_source(source)
+            if face == self.proposal_check.PRIORITY_FACE:
+                self.priority = self.proposal_check.check_priority_source(source)
             else:
                 self.slot = face.partition(":")[2]
-                self.code = compile(self.gate.check_policy_ast(source), "<policy>", "exec")
-        except self.gate.InvalidProposal as exc:
+                self.code = compile(self.proposal_check.check_policy_ast(source), "<policy>", "exec")
+        except self.proposal_check.InvalidProposal as exc:
             self.reason = str(exc)
 
     def build(self):
         """A fresh selection object (raises InvalidProposal): the per-search layers."""
         if self.reason is not None:
-            raise self.gate.InvalidProposal(self.reason)
-        if self.face == self.gate.PRIORITY_FACE:
+            raise self.proposal_check.InvalidProposal(self.reason)
+        if self.face == self.proposal_check.PRIORITY_FACE:
             return self.tree.PrioritySelection(self.priority, source=self.source)
-        return self.gate.build_checked_policy(self.code, self.slot)
+        return self.proposal_check.build_checked_policy(self.code, self.slot)
 
 
 def check(mods, face, source):
-    gate = mods["algorithms.meta.gate"]
+    proposal_check = mods["algorithms.meta.proposal_check"]
     try:
-        if face == gate.PRIORITY_FACE:
-            gate.check_priority_source(source)
+        if face == proposal_check.PRIORITY_FACE:
+            proposal_check.check_priority_source(source)
         else:
-            gate.build_policy(source, face.partition(":")[2])
-    except gate.InvalidProposal as exc:
+            proposal_check.build_policy(source, face.partition(":")[2])
+    except proposal_check.InvalidProposal as exc:
         return {"ok": False, "reason": str(exc)}
     return {"ok": True}
 
@@ -195,7 +201,7 @@ def run(rule, out, timeout):
         for k, value, prior in starts:
             try:
                 searches[k] = Search(rule, k, value, prior, timeout)
-            except rule.gate.InvalidProposal as exc:
+            except rule.proposal_check.InvalidProposal as exc:
                 ended.append([k, "unusable", str(exc), 0])
             except SearchTimeout:
                 ended.append([k, "timeout", f"building the rule ran past the search's {timeout:g} s limit", 0])

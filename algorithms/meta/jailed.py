@@ -41,8 +41,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from algorithms.meta.gate import InvalidProposal, prefilter
 from algorithms.meta.inner import InnerSearch
+from algorithms.meta.proposal_check import InvalidProposal, prefilter
 from algorithms.meta.rewards import MetaOutcome
 from rsi import untrusted
 from rsi.sandbox import Dialogue, DialogueError, Limits, run_program
@@ -64,7 +64,7 @@ def support_files() -> tuple[Path, ...]:
         Path(rsi.errors.__file__).resolve(),
         Path(algorithms.slots.__file__).resolve(),
         HERE / "tree.py",
-        HERE / "gate.py",
+        HERE / "proposal_check.py",
         HERE / "smoke.py",
     )
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from algorithms.meta.gate import FACE_ARGS
+from algorithms.meta.proposal_check import FACE_ARGS
 from algorithms.meta.values import priority_selection, validate_proposal
 
 MARKER = "# rsi: evolve"

@@ -255,32 +255,7 @@ class MetaEvolve(Algorithm):
         parent = self.incumbent
         best = max(confirmed, key=lambda c: c.oracle_result.mean_gain) if confirmed else None
         if best is not None:
-            if self.p.confirm:
-                second, oracle = (
-                    f"oracle gain {best.oracle_result.mean_gain:+.4f} ± {best.oracle_result.se:.4f}",
-                    figures(best.oracle, "oracle_"),
-                )
-            else:
-                second, oracle = "not confirmed (algorithm.confirm: false)", {}
-            self.decide(
-                "admit",
-                best.snapshot.snapshot_id,
-                parent.snapshot_id,
-                accepted=True,
-                reason_code="new_incumbent",
-                reason=f"new incumbent: hold-out gain {best.gate_result.mean_gain:+.4f} ± {best.gate_result.se:.4f}, {second}",
-                confirmed=self.p.confirm,
-                round=self.round,
-                **figures(best.gate),
-                **oracle,
-                rule=best.text,
-            )
-            self.incumbent, self.incumbent_refs, self.incumbent_scores = (
-                best.snapshot,
-                best.refs or {},
-                best.gate_scores,
-            )
-            self.admitted.append(best.snapshot.snapshot_id)
+            self.admit(best, parent)
         top = max(cands, key=lambda c: c.gate_result.z) if cands else None
         decision = (
             f"admitted {best.snapshot.snapshot_id}"
@@ -314,6 +289,36 @@ class MetaEvolve(Algorithm):
             elapsed_s=round(elapsed, 3),
             **figures(top.gate if top else None, "best_"),
         )
+
+    def admit(self, best: Candidate, parent: Snapshot) -> None:
+        """``best`` becomes the incumbent: the ``admit`` decision with its gate figures (and the
+        oracle's, when confirmed)."""
+        if self.p.confirm:
+            second, oracle = (
+                f"oracle gain {best.oracle_result.mean_gain:+.4f} ± {best.oracle_result.se:.4f}",
+                figures(best.oracle, "oracle_"),
+            )
+        else:
+            second, oracle = "not confirmed (algorithm.confirm: false)", {}
+        self.decide(
+            "admit",
+            best.snapshot.snapshot_id,
+            parent.snapshot_id,
+            accepted=True,
+            reason_code="new_incumbent",
+            reason=f"new incumbent: hold-out gain {best.gate_result.mean_gain:+.4f} ± {best.gate_result.se:.4f}, {second}",
+            confirmed=self.p.confirm,
+            round=self.round,
+            **figures(best.gate),
+            **oracle,
+            rule=best.text,
+        )
+        self.incumbent, self.incumbent_refs, self.incumbent_scores = (
+            best.snapshot,
+            best.refs or {},
+            best.gate_scores,
+        )
+        self.admitted.append(best.snapshot.snapshot_id)
 
     # ---- proposals -----------------------------------------------------------------------------
     def propose(self, source: str) -> list[str]:

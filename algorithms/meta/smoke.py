@@ -1,10 +1,9 @@
-"""Per-slot smoke tests (layer 4 of the policy gate) and each slot's seed source.
+"""Per-slot smoke tests (layer 4 of the policy gate).
 
 A smoke test calls a built policy on small, fixed inputs and checks the contract a caller
 relies on: the answer comes from the candidate pool, the single candidate is returned when
 there is one, types are right. It does not check that a rule is *good*, only that the engine
-can run it. Each seed source is the slot's default rule written out as a ``class Policy``: the
-starting point of an evolution and a proof that the gate admits the engine's own rules.
+can run it. Each slot's seed source, which the gate must admit too, is in ``algorithms.meta.seeds``.
 """
 
 from __future__ import annotations
@@ -14,7 +13,7 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from algorithms.meta.gate import InvalidProposal
+from algorithms.meta.proposal_check import InvalidProposal
 from algorithms.meta.tree import Tree
 from algorithms.slots import Entry, GateFigures, Member, eligible
 
@@ -143,96 +142,3 @@ def smoke(slot: str, obj: Any) -> None:
         raise
     except Exception as exc:  # candidate code: its failure is the verdict
         raise InvalidProposal(f"smoke test of {slot}: {type(exc).__name__}: {exc}") from None
-
-
-SEED_SOURCES = {
-    "node_selection": '''import math
-
-
-class Policy:
-    """Flat PUCT with c = 1 and the uniform prior: the engine's default, written out."""
-
-    def __init__(self):
-        self.c_puct = 1.0
-
-    def select(self, tree):
-        nodes = tree.nodes
-        n = len(nodes)
-        if n == 1:
-            return nodes[0]
-        rank = [0.0] * n
-        for position, i in enumerate(sorted(range(n), key=lambda j: nodes[j].value)):
-            rank[i] = position / (n - 1)
-        total = sum(node.visits for node in nodes)
-        best, best_score = nodes[0], -math.inf
-        for i, node in enumerate(nodes):
-            score = rank[i] + self.c_puct * (1.0 / n) * math.sqrt(total) / (1 + node.visits)
-            if score > best_score:
-                best, best_score = node, score
-        return best
-''',
-    "parent_selection": '''class Policy:
-    """Explore uniformly with probability 0.5, else the best lineage gain (ties: earlier)."""
-
-    exploration_probability = 0.5
-
-    def select(self, members, rng):
-        pool = [m for m in members if m.confirmed and m.selectable]
-        if rng.random() < self.exploration_probability:
-            return pool[rng.randrange(len(pool))]
-        best = pool[0]
-        for member in pool[1:]:
-            if member.lineage_gain > best.lineage_gain:
-                best = member
-        return best
-''',
-    "screen_sampling": '''class Policy:
-    """A uniformly random screen subset."""
-
-    def sample(self, task_ids, k, rng):
-        return rng.sample(list(task_ids), k)
-''',
-    "acceptance": '''from algorithms.slots import TOLERANCE
-
-
-class Policy:
-    """Preserve and extend: gain, no regression beyond tolerance, no lost solved task."""
-
-    def accept(self, figures):
-        return (figures.gain > TOLERANCE
-                and figures.regression_mass <= figures.regression_tolerance + TOLERANCE
-                and not figures.lost_invariant)
-''',
-    "merge_pairing": '''class Policy:
-    """Complementary pairs, largest union of solved sets first; primary = higher train mean."""
-
-    def pairs(self, entries):
-        found = []
-        for i, a in enumerate(entries):
-            for b in entries[i + 1:]:
-                if a.solved - b.solved and b.solved - a.solved:
-                    primary, donor = (b, a) if b.train_mean > a.train_mean else (a, b)
-                    found.append((len(a.solved | b.solved), primary, donor))
-        found.sort(key=lambda t: -t[0])
-        return [(p, d) for _, p, d in found]
-''',
-    "promotion": '''class Policy:
-    """The confirmed member with the highest train mean (ties: earlier)."""
-
-    def choose(self, members):
-        pool = [m for m in members if m.confirmed]
-        best = pool[0]
-        for member in pool[1:]:
-            if member.train_mean > best.train_mean:
-                best = member
-        return best
-''',
-}
-
-
-def seed_source(slot: str) -> str:
-    """The starting value of ``policy_source(slot)``: the default rule as source text."""
-    from algorithms.slots import slot as slot_spec
-
-    slot_spec(slot)  # unknown and machine-level names raise here
-    return SEED_SOURCES[slot]

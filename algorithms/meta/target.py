@@ -22,7 +22,7 @@ import functools
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from algorithms.meta.gate import PRIORITY_FACE, check_priority_source, policy_face
+from algorithms.meta.proposal_check import PRIORITY_FACE, check_priority_source, policy_face
 from algorithms.meta.tree import PrioritySelection, mix
 from algorithms.meta.values import policy_source, priority_selection, validate_proposal
 from rsi.benchmark import Task

@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.stats import FamilyReport, meta_validate, transfer_ratio
 from rsi.results import Request
 
@@ -99,18 +99,7 @@ def validation_report(algo, promoted, test_table) -> dict:
         "families": {"source": src, "target": tgt},
         "validation": {f: {**vars(r), "se": _se(r)} for f, r in report.items()},
         "transfer_ratio": ratio,
-        "c_sweep": [
-            {
-                "rule": name,
-                "source_gain": r[src].gain,
-                "source_se": _se(r[src]),
-                "target_gain": r[tgt].gain,
-                "target_se": _se(r[tgt]),
-                "source_mean": r[src].after,
-                "target_mean": r[tgt].after,
-            }
-            for name, r in sweep.items()
-        ],
+        "c_sweep": _sweep_rows(sweep, src, tgt),
         "evolved": {
             "snapshot_id": promoted.snapshot_id,
             "source_gain": report[src].gain,
@@ -153,6 +142,34 @@ def reading(ratio: float | None, source_gain: float) -> str:
     return "positive: the gain carries over to the unseen family"
 
 
+def _sweep_rows(sweep: dict, src: str, tgt: str) -> list[dict]:
+    """One ``c_sweep`` row per swept rule: its gains over the seed rule on both families."""
+    return [
+        {
+            "rule": name,
+            "source_gain": r[src].gain,
+            "source_se": _se(r[src]),
+            "target_gain": r[tgt].gain,
+            "target_se": _se(r[tgt]),
+            "source_mean": r[src].after,
+            "target_mean": r[tgt].after,
+        }
+        for name, r in sweep.items()
+    ]
+
+
+def _placement_text(place: dict) -> str:
+    """Where the evolved rule lies against the c-sweep's Pareto front, in words."""
+    return {
+        "behind": f"behind the front (dominated by {', '.join(place['dominated_by'])})",
+        "beyond": f"beyond the front ({', '.join(place['front'])}): no blend of swept constants reaches it",
+        "on": "on the front: no swept rule is at least as good on both families, none is beaten by "
+        "more than a blend of neighbours",
+        "tied": "tied with every swept rule: on these instances the inner search does not separate "
+        "selection rules (raise the inner budget or the instance size)",
+    }[place["verdict"]]
+
+
 def tables_of(body: dict, report: dict) -> list[dict]:
     src, tgt = body["families"]["source"], body["families"]["target"]
     rows = [
@@ -191,15 +208,7 @@ def tables_of(body: dict, report: dict) -> list[dict]:
             f"{tgt} se": ev[tgt]["se"],
         }
     )
-    place = body["placement"]
-    where = {
-        "behind": f"behind the front (dominated by {', '.join(place['dominated_by'])})",
-        "beyond": f"beyond the front ({', '.join(place['front'])}): no blend of swept constants reaches it",
-        "on": "on the front: no swept rule is at least as good on both families, none is beaten by "
-        "more than a blend of neighbours",
-        "tied": "tied with every swept rule: on these instances the inner search does not separate "
-        "selection rules (raise the inner budget or the instance size)",
-    }[place["verdict"]]
+    where = _placement_text(body["placement"])
     plot_note = f"; plot: {body['plot']}" if body["plot"] else ""
     return [
         {

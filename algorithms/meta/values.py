@@ -10,7 +10,7 @@ nothing is ever silently replaced by a default.
 | ``ParamSlot(factory, params, bounds)`` | numeric constructor parameters | known names, within bounds |
 | ``SourceSlot(initial, validate, build)`` | source text | ``validate`` and ``build`` must not raise |
 | ``priority_selection()`` | ``def priority(...)`` source | narrow-face AST whitelist + finite grid |
-| ``policy_source(slot)`` | ``class Policy`` source | four layers (``algorithms.meta.gate``) |
+| ``policy_source(slot)`` | ``class Policy`` source | four layers (``algorithms.meta.proposal_check``) |
 
 The two source faces judge a proposal with their AST layers here and everything that runs it
 (build, grid, smoke test) in the rollout jail: model-written source is never executed in the
@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from algorithms.meta.gate import (
+from algorithms.meta.proposal_check import (
     FACE_ARGS,
     PRIORITY_FACE,
     PRIORITY_SEED,
@@ -33,7 +33,7 @@ from algorithms.meta.gate import (
     build_priority,
     policy_face,
 )
-from algorithms.meta.smoke import seed_source
+from algorithms.meta.seeds import seed_source
 from algorithms.slots import slot as slot_spec
 
 

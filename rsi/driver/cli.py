@@ -36,7 +36,14 @@ def main(argv: list[str] | None = None) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="rsi", description="Ray-based parallel search for recursive self-improvement")
     sub = p.add_subparsers(dest="command")
+    _add_run_commands(sub)
+    _add_inspect_commands(sub)
+    _add_submit_command(sub)
+    return p
 
+
+def _add_run_commands(sub) -> None:
+    """Commands that check, start or continue a run, or measure a target once."""
     pa = sub.add_parser("params", help="an algorithm's parameters: type, default, description")
     pa.add_argument("algorithm", help="a registered algorithm name (darwinx, adas, ahe, meta, evaluate, ...)")
     pa.set_defaults(func=cmd_params)
@@ -72,6 +79,9 @@ def build_parser() -> argparse.ArgumentParser:
     e.add_argument("--json", dest="json_out", help="also write the results as JSON here")
     e.set_defaults(func=cmd_eval)
 
+
+def _add_inspect_commands(sub) -> None:
+    """Commands that read a finished or running run: show, report, ls, compare, export."""
     s = sub.add_parser("show", help="summary and decisions of a run")
     s.add_argument("run_dir")
     sv = s.add_mutually_exclusive_group()
@@ -115,6 +125,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("dest")
     x.set_defaults(func=cmd_export)
 
+
+def _add_submit_command(sub) -> None:
     sb = sub.add_parser("submit", help="submit a run as a Ray job to a cluster")
     sb.add_argument("config", nargs="?", help="the run's config (omit with --resume)")
     sb.add_argument("--resume", metavar="RUN_DIR", help="submit `rsi resume RUN_DIR` instead of a new run")
@@ -127,7 +139,6 @@ def build_parser() -> argparse.ArgumentParser:
     sb.add_argument("--allow-changed", action="store_true", help="with --resume: as `rsi resume --allow-changed`")
     sb.add_argument("--no-wait", action="store_true", help="return after submission instead of streaming logs")
     sb.set_defaults(func=cmd_submit)
-    return p
 
 
 def _overrides(extra: list[str]):

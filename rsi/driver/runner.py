@@ -213,6 +213,16 @@ class Run:
             self.records,
             fingerprint=self.p.target.fingerprint(),
         )
+        algo, archive = self._algorithm(evaluator)
+        if self.resume_state is not None:
+            self._restore(algo, evaluator, archive, self.resume_state)
+        promoted = algo.run()
+        return self._finish(algo, evaluator, promoted, t0)
+
+    def _algorithm(self, evaluator) -> tuple:
+        """The configured algorithm on its run context (the worker pool, if the config names a
+        worker, and the archive actor are started here), and the archive."""
+        cfg = self.p.config
         state = self.resume_state or {}
         workers = None
         if cfg.worker_cfg is not None:
@@ -233,23 +243,25 @@ class Run:
             secrets=cfg.secrets(),
             run_id=self.run_id,
         )
-        algo = cfg.algo_cls(ctx, cfg.algo_params)
-        if self.resume_state is not None:
-            loaded = evaluator.preload(self.records.rollouts())
-            self.records.truncate_decisions(state.get("decisions", 0))
-            archive.truncate(len(state.get("archive", [])))
-            if state:
-                algo.load_state(state)
-            stale = (
-                f"; {loaded['stale']} measured under another target fingerprint (or none) run again"
-                if loaded["stale"]
-                else ""
-            )
-            log(
-                f"resume: continuing after step {state.get('step', 0)}; {loaded['cached']} stored rollouts "
-                f"reusable{stale}"
-            )
-        promoted = algo.run()
+        return cfg.algo_cls(ctx, cfg.algo_params), archive
+
+    def _restore(self, algo, evaluator, archive, state: dict) -> None:
+        """Resume: stored rollouts back into the evaluator's cache, decisions and archive cut to
+        the saved state, and the algorithm's own state loaded."""
+        loaded = evaluator.preload(self.records.rollouts())
+        self.records.truncate_decisions(state.get("decisions", 0))
+        archive.truncate(len(state.get("archive", [])))
+        if state:
+            algo.load_state(state)
+        stale = (
+            f"; {loaded['stale']} measured under another target fingerprint (or none) run again"
+            if loaded["stale"]
+            else ""
+        )
+        log(f"resume: continuing after step {state.get('step', 0)}; {loaded['cached']} stored rollouts reusable{stale}")
+
+    def _finish(self, algo, evaluator, promoted: Snapshot, t0: float) -> dict:
+        """The promoted snapshot stored and measured once on test, and ``summary.json``."""
         self.records.put_snapshot(promoted)
         test = None
         if evaluator.split_ids("test"):

@@ -70,13 +70,7 @@ def score_over_steps(view: RunView) -> bytes | None:
             label="admitted (seed included)",
             zorder=4,
         )
-        xs, ys, best = [], [], -math.inf
-        for step, score in sorted(((c.step, c.score) for c in adm if c.score is not None), key=lambda p: p[0]):
-            best = max(best, score)
-            xs.append(step)
-            ys.append(best)
-        xs.append(max(view.steps, xs[-1]))
-        ys.append(ys[-1])
+        xs, ys = _best_so_far(adm, view.steps)
         ax.step(xs, ys, where="post", color=COLORS["admitted"], alpha=0.5, lw=1.5, label="best admitted so far")
     prom = [c for c in cands if c.promoted]
     if prom:
@@ -92,15 +86,7 @@ def score_over_steps(view: RunView) -> bytes | None:
             zorder=5,
         )
     if len(cands) <= 40:
-        for c in cands:
-            ax.annotate(
-                short(c.snapshot_id, 6),
-                (c.step, c.score),
-                textcoords="offset points",
-                xytext=(5, 4),
-                fontsize=7,
-                color="0.35",
-            )
+        _label_points(ax, cands)
     ax.xaxis.set_major_locator(_int_ticks())
     ax.set_xlabel("step")
     ax.set_ylabel(f"{view.split} mean (avg@k per task, then mean)")
@@ -111,33 +97,82 @@ def score_over_steps(view: RunView) -> bytes | None:
     return _png(fig)
 
 
+def _label_points(ax, cands: list) -> None:
+    """Each candidate's short snapshot id beside its point."""
+    for c in cands:
+        ax.annotate(
+            short(c.snapshot_id, 6),
+            (c.step, c.score),
+            textcoords="offset points",
+            xytext=(5, 4),
+            fontsize=7,
+            color="0.35",
+        )
+
+
+def _best_so_far(admitted: list, steps: int) -> tuple[list, list]:
+    """The best admitted score so far as a step line, from the first admission to the run's last step."""
+    xs, ys, best = [], [], -math.inf
+    for step, score in sorted(((c.step, c.score) for c in admitted if c.score is not None), key=lambda p: p[0]):
+        best = max(best, score)
+        xs.append(step)
+        ys.append(best)
+    xs.append(max(steps, xs[-1]))
+    ys.append(ys[-1])
+    return xs, ys
+
+
 def lineage(view: RunView) -> bytes | None:
     """The lineage tree: x = step, one row per candidate in depth-first order under its parent;
     parent edges solid, donor edges of merges dashed, declined edits greyed."""
     cands = view.candidates
     if not cands:
         return None
+    known, order = _lineage_rows(view)
+    pos = {id(n): (n.step, -row) for row, n in enumerate(order)}
+    plt = _plt()
+    height = min(40.0, max(2.5, 0.32 * len(order) + 1.2))
+    fig, ax = plt.subplots(figsize=(10, height))
+    _lineage_edges(ax, order, pos, known)
+    _lineage_nodes(ax, order, pos)
+    _lineage_legend(plt, ax)
+    ax.set_yticks([])
+    ax.xaxis.set_major_locator(_int_ticks())
+    ax.set_xlabel("step")
+    ax.set_title(f"{view.name}: lineage", fontsize=10)
+    xmax = max(n.step for n in order)
+    ax.set_xlim(-0.5, xmax + max(1.5, 0.25 * (xmax + 1)))
+    ax.set_ylim(-len(order) + 0.4, 0.8)
+    for spine in ("left", "right", "top"):
+        ax.spines[spine].set_visible(False)
+    fig.tight_layout()
+    return _png(fig)
+
+
+def _lineage_rows(view: RunView) -> tuple[dict[str, Candidate], list]:
+    """The measured candidates by id, and every candidate and declined edit in row order: depth
+    first under its parent, siblings by step (an unknown parent makes a root)."""
+    cands = view.candidates
     known = {c.snapshot_id: c for c in cands}
     kids: dict[str | None, list] = {}
     for c in cands:
         kids.setdefault(c.parent_id if c.parent_id in known else None, []).append(c)
     for d in view.declined:
         kids.setdefault(d.parent_id if d.parent_id in known else None, []).append(d)
-    row: dict[int, int] = {}
     order: list = []
 
     def walk(n) -> None:
-        row[id(n)] = len(order)
         order.append(n)
         for k in sorted(kids.get(n.snapshot_id, []) if isinstance(n, Candidate) else [], key=lambda k: k.step):
             walk(k)
 
     for n in sorted(kids.get(None, []), key=lambda k: k.step):
         walk(n)
-    pos = {id(n): (n.step, -row[id(n)]) for n in order}
-    plt = _plt()
-    height = min(40.0, max(2.5, 0.32 * len(order) + 1.2))
-    fig, ax = plt.subplots(figsize=(10, height))
+    return known, order
+
+
+def _lineage_edges(ax, order: list, pos: dict, known: dict[str, Candidate]) -> None:
+    """Parent edges (dotted grey to a declined edit) and a merge's donor arrow."""
     for n in order:
         x, y = pos[id(n)]
         parent = known.get(n.parent_id) if n.parent_id else None
@@ -167,6 +202,11 @@ def lineage(view: RunView) -> bytes | None:
                 },
                 zorder=2,
             )
+
+
+def _lineage_nodes(ax, order: list, pos: dict) -> None:
+    """Candidates coloured by status (a star on the promoted one), declined edits as crosses;
+    labels only while there are at most 120 rows."""
     labels = len(order) <= 120
     for n in order:
         x, y = pos[id(n)]
@@ -200,6 +240,9 @@ def lineage(view: RunView) -> bytes | None:
             ax.annotate(
                 f"{short(n.snapshot_id)}  {score}", (x, y), textcoords="offset points", xytext=(7, -3), fontsize=7.5
             )
+
+
+def _lineage_legend(plt, ax) -> None:
     handles = [
         plt.Line2D([], [], marker="o", ls="", color=COLORS[k], label=k) for k in ("seed", "admitted", "rejected")
     ]
@@ -209,17 +252,6 @@ def lineage(view: RunView) -> bytes | None:
         plt.Line2D([], [], marker="*", ls="", ms=12, color=COLORS["promoted"], label="promoted"),
     ]
     ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
-    ax.set_yticks([])
-    ax.xaxis.set_major_locator(_int_ticks())
-    ax.set_xlabel("step")
-    ax.set_title(f"{view.name}: lineage", fontsize=10)
-    xmax = max(n.step for n in order)
-    ax.set_xlim(-0.5, xmax + max(1.5, 0.25 * (xmax + 1)))
-    ax.set_ylim(-len(order) + 0.4, 0.8)
-    for spine in ("left", "right", "top"):
-        ax.spines[spine].set_visible(False)
-    fig.tight_layout()
-    return _png(fig)
 
 
 def heatmap(view: RunView) -> bytes | None:

@@ -161,7 +161,26 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         pngs[name] = png
         return image(png, name) + f'<p class="note">also written as <code>{E(out.stem)}-{E(name)}.png</code></p>'
 
-    # ---- overview -------------------------------------------------------------------------
+    sections.append(("overview", "Overview", _overview(view, status)))
+    sections += _figure_sections(view, figure)
+    sections.append(_decisions_section(view))
+    sections.append(
+        (
+            "diffs",
+            "Admitted candidates: diff against the parent",
+            _diffs(view) or '<p class="note">no candidate admitted besides the seed.</p>',
+        )
+    )
+    _add_result_sections(view, figure, sections)
+    sections.append(_cost_section(view, figure))
+    if notes:
+        sections.append(("notes", "Notes", "<ul>" + "".join(f"<li>{E(n)}</li>" for n in notes) + "</ul>"))
+    written = _write(view, status, sections, pngs, out)
+    return {"html": str(out), "figures": written, "notes": notes, "status": status}
+
+
+def _overview(view: RunView, status: str) -> str:
+    """The run at a glance: what ran, how far, the best and promoted versions, provenance."""
     s = view.summary or {}
     cfg = view.config
     best = view.best
@@ -197,9 +216,12 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
     if s.get("means"):
         rows = [{"split": k, "mean score": v, **(s.get("metrics", {}).get(k) or {})} for k, v in s["means"].items()]
         overview += "<h3>Promoted snapshot: mean scores</h3>" + table(rows)
-    sections.append(("overview", "Overview", overview))
+    return overview
 
-    # ---- figures ----------------------------------------------------------------------------
+
+def _figure_sections(view: RunView, figure) -> list[tuple[str, str, str]]:
+    """Score over steps, lineage and the tasks x candidates heatmap."""
+    sections: list[tuple[str, str, str]] = []
     sections.append(
         (
             "score",
@@ -221,18 +243,21 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
     )
     sections.append(("heatmap", "Tasks × candidates", figure("heatmap", figures.heatmap, view)))
 
-    # ---- decisions --------------------------------------------------------------------------
-    sections.append(
-        (
-            "decisions",
-            f"Decisions ({len(view.decisions)})",
-            table(gate_rows(view), row_class=_row_class)
-            + "<p class=\"note\">gain / regression: the gate's figures on the candidate's measurement; "
-            "se and z: a paired z-test's standard error; sign p: the paired sign test.</p>",
-        )
+    return sections
+
+
+def _decisions_section(view: RunView) -> tuple[str, str, str]:
+    return (
+        "decisions",
+        f"Decisions ({len(view.decisions)})",
+        table(gate_rows(view), row_class=_row_class)
+        + "<p class=\"note\">gain / regression: the gate's figures on the candidate's measurement; "
+        "se and z: a paired z-test's standard error; sign p: the paired sign test.</p>",
     )
 
-    # ---- diffs of admitted candidates ------------------------------------------------------
+
+def _diffs(view: RunView) -> str:
+    """Each admitted candidate's diff against its parent (empty: none admitted besides the seed)."""
     diffs = []
     for c in view.candidates:
         if c.kind == "seed" or not c.admitted or not c.parent_id:
@@ -251,15 +276,13 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         if len(text) > MAX_DIFF_CHARS:
             text = text[:MAX_DIFF_CHARS] + f"\n[... diff cut at {MAX_DIFF_CHARS} characters ...]\n"
         diffs.append(head + (highlight_diff(text) if text else '<p class="note">(no file changed)</p>'))
-    sections.append(
-        (
-            "diffs",
-            "Admitted candidates: diff against the parent",
-            "".join(diffs) or '<p class="note">no candidate admitted besides the seed.</p>',
-        )
-    )
+    return "".join(diffs)
 
-    # ---- test / benchmark-specific ---------------------------------------------------------
+
+def _add_result_sections(view: RunView, figure, sections: list[tuple[str, str, str]]) -> None:
+    """The test measurement, the algorithm's own tables and meta-evolve's transfer figure, when
+    the run has them (an algorithm table's anchor numbers it by its place among ``sections``)."""
+    s = view.summary or {}
     report_rows = s.get("test_report") or []
     if report_rows:
         body = table(report_rows)
@@ -305,39 +328,37 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
             )
         )
 
-    # ---- cost and time -----------------------------------------------------------------------
+
+def _cost_section(view: RunView, figure) -> tuple[str, str, str]:
     cost = view.cost()
-    sections.append(
-        (
-            "cost",
-            "Cost and time",
-            figure("cost", figures.cost, cost)
-            + kv(
-                [
-                    ("elapsed (s)", cost["elapsed_s"]),
-                    ("elapsed read from", cost["elapsed_from"]),
-                    ("rollouts: summed duration (s)", cost["rollout_s"]),
-                    ("rollouts stored", cost["rollouts_stored"]),
-                    ("rollouts executed / cache hits", f"{fmt(cost['rollouts_executed'])} / {fmt(cost['cache_hits'])}"),
-                    ("rollouts: cost (USD)", cost["rollout_cost_usd"]),
-                    ("rollouts: tokens in / out", f"{cost['rollout_tokens_in']} / {cost['rollout_tokens_out']}"),
-                    ("model calls", cost["model_calls"]),
-                    ("model tokens in / out", f"{fmt(cost['model_tokens_in'])} / {fmt(cost['model_tokens_out'])}"),
-                    ("model cost (USD)", cost["model_cost_usd"]),
-                    ("model call time (s)", cost["model_s"] if cost["model_s"] is not None else "not recorded"),
-                    ("driver (s)", cost["driver_s"]),
-                ]
-            )
-            + '<p class="note">Rollouts run in parallel: their summed duration is worker time and can exceed the '
-            "elapsed wall clock, in which case the driver share shows 0. Model-call time is not recorded by the "
-            "workers, so it is counted in the driver's share.</p>",
+    return (
+        "cost",
+        "Cost and time",
+        figure("cost", figures.cost, cost)
+        + kv(
+            [
+                ("elapsed (s)", cost["elapsed_s"]),
+                ("elapsed read from", cost["elapsed_from"]),
+                ("rollouts: summed duration (s)", cost["rollout_s"]),
+                ("rollouts stored", cost["rollouts_stored"]),
+                ("rollouts executed / cache hits", f"{fmt(cost['rollouts_executed'])} / {fmt(cost['cache_hits'])}"),
+                ("rollouts: cost (USD)", cost["rollout_cost_usd"]),
+                ("rollouts: tokens in / out", f"{cost['rollout_tokens_in']} / {cost['rollout_tokens_out']}"),
+                ("model calls", cost["model_calls"]),
+                ("model tokens in / out", f"{fmt(cost['model_tokens_in'])} / {fmt(cost['model_tokens_out'])}"),
+                ("model cost (USD)", cost["model_cost_usd"]),
+                ("model call time (s)", cost["model_s"] if cost["model_s"] is not None else "not recorded"),
+                ("driver (s)", cost["driver_s"]),
+            ]
         )
+        + '<p class="note">Rollouts run in parallel: their summed duration adds up the time of many Ray worker '
+        "processes and can exceed the elapsed wall clock, in which case the driver share shows 0. Model-call "
+        "time is not recorded by the workers, so it is counted in the driver's share.</p>",
     )
 
-    if notes:
-        sections.append(("notes", "Notes", "<ul>" + "".join(f"<li>{E(n)}</li>" for n in notes) + "</ul>"))
 
-    # ---- write -------------------------------------------------------------------------------
+def _write(view: RunView, status: str, sections: list[tuple[str, str, str]], pngs: dict[str, bytes], out: Path) -> dict:
+    """Write the PNGs beside the page and the page itself; returns ``{figure name: png path}``."""
     written = {}
     for name, png in pngs.items():
         path = out.with_name(f"{out.stem}-{name}.png")
@@ -354,4 +375,4 @@ def build_report(run_dir: str, out: str | Path = "report.html") -> dict:
         f"<nav>{nav}</nav>{body}</main></body></html>\n"
     )
     out.write_text(page, encoding="utf-8")
-    return {"html": str(out), "figures": written, "notes": notes, "status": status}
+    return written

@@ -1,4 +1,6 @@
-"""Worker registry: config ``type`` -> lazily imported class.
+"""Worker registry: config ``type`` -> lazily imported class. A worker is an edit proposer (a
+model, a coding agent, the offline mutator), configured as ``algorithm.worker``; Ray's own
+processes are called Ray worker processes throughout.
 
 Each worker class carries ``Config`` (a pydantic model with ``type: Literal[...]``,
 ``extra="forbid"``) and is built as ``cls(config, base_dir=..., seed=...)``.

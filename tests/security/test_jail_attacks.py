@@ -1,5 +1,5 @@
 """Hostile candidates against the rollout jail, each through the path a real rollout takes
-(``ProgramTarget.run``, which ``run_batch`` calls on a Ray worker; the lockstep bin-packing
+(``ProgramTarget.run``, which ``run_batch`` calls in a Ray worker process; the lockstep bin-packing
 harness; the Evaluator actor on a live Ray session). Every attack is one a model could write;
 each test asserts the specific outcome: the read fails, the connect fails, the file is gone, the
 score is the honest one, the run goes on.

@@ -1,10 +1,10 @@
 """Hostile decision rules against meta-evolve, through the paths a real run takes: the outer
 loop's proposal check (``MetaEvolve.candidate`` -> ``validate_proposal``) and the policy target's
-rollouts (``PolicyTarget.run_many``, which ``run_batch`` calls on a Ray worker).
+rollouts (``PolicyTarget.run_many``, which ``run_batch`` calls in a Ray worker process).
 
 Every rule here passes the AST gate: ``random._os`` and ``random._os.sys.modules`` are module
 attributes, not dunders, and reach the whole interpreter. Before the jail such a rule ran as
-the driver's user in the driver (the check) and in Ray workers (the rollouts). Each test asserts
+the driver's user in the driver (the check) and in Ray worker processes (the rollouts). Each test asserts
 the specific outcome: no marker on the host, the read and the connect fail, the run goes on with
 the proposal rejected or the rollout failed and the reason stored, the score is the honest one.
 """
@@ -28,7 +28,7 @@ from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
 from rsi.config import TargetConfig
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 
 from _runs import of, run
 

@@ -20,7 +20,7 @@ from benchmarks.qa import QA, QAParams
 from rsi.config import TargetConfig
 from rsi.llm import LLMConfig
 from rsi.model_proxy import ModelProxy
-from rsi.scripted_server import ScriptedServer
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.target import MiniAgentTarget
 
 pytestmark = pytest.mark.timeout(120)

@@ -8,7 +8,7 @@ from math import comb
 
 import pytest
 
-from algorithms.darwinx.gate import gate_figures, paired_uncertainty, screen_passes
+from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes
 
 
 def scores(*values: float) -> dict[str, float]:

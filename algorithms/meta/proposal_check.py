@@ -1,8 +1,8 @@
-"""The gates a proposed decision rule passes before it becomes a candidate.
+"""The proposal check: the gates a proposed decision rule passes before it becomes a candidate.
 
 This gate confines a rewrite to *making decisions*; it is not a sandbox. A module attribute
 (``random._os``, ``dataclasses.sys``) reaches the whole interpreter past any AST walk, so
-candidate source is never executed in the driver, an actor or a Ray worker: the AST layers
+candidate source is never executed in the driver, an actor or a Ray worker process: the AST layers
 (``prefilter``) run there as a fast pre-filter that executes nothing, and every layer that runs
 candidate code (the build, the grid, the smoke test, the inner searches) runs in the rollout
 jail (``algorithms.meta.jailed`` and its jailed script ``jail_harness.py``). What the gate does

@@ -1,4 +1,5 @@
-"""DarwinX's archive: every measured candidate, admitted or not, with what it measured.
+"""DarwinX's ``Candidate``: an archive record of one measured candidate, admitted or not,
+with what it measured.
 
 Plain records (JSON-ready) go into prompts, ``archive.jsonl`` and the ``promote`` decision;
 the Snapshot itself stays beside them.

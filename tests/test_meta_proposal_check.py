@@ -5,7 +5,7 @@ import random
 
 import pytest
 
-from algorithms.meta.gate import PRIORITY_SEED
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.mutate import symbolic_proposals
 from algorithms.meta.tree import FlatPuct, PrioritySelection
 from algorithms.meta.values import ParamSlot, SourceSlot, policy_source, priority_selection, validate_proposal

@@ -1,4 +1,5 @@
-"""Per-task figures of the preserve-and-extend gate, and the paired uncertainty beside it.
+"""The statistics of DarwinX's screen and confirm gates: per-task figures of the
+preserve-and-extend gate, and the paired uncertainty (sign test, bootstrap) beside it.
 
 Scores stay per task until here: a gate reduces them to gain and regression mass (sums, never
 means) and names the inherited solved tasks that fell.

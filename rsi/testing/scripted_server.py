@@ -17,7 +17,7 @@ A script is a list of steps, consumed one per request:
 - a callable ``f(request_body) -> step`` (Python only).
 
 Every request is recorded in ``requests`` (path, body, headers with credentials removed), so a
-test can assert what a prompt contained. ``python -m rsi.scripted_server --script FILE`` serves
+test can assert what a prompt contained. ``python -m rsi.testing.scripted_server --script FILE`` serves
 a JSON or YAML script for demos.
 """
 
