@@ -36,9 +36,9 @@ def connect(ray_cfg, startup_log: list[bytes] | None = None) -> str:
         return ""
     sink = startup_log if startup_log is not None else []
     # Ray worker processes' output stays in Ray's own log files (``ray logs``), never on the
-    # driver's console: the live view and the decision lines are a run's only console output, so no line there
-    # can come from anywhere but the driver. (Candidates' own output never reaches a Ray worker
-    # process's stdout anyway: the sandbox captures it into the rollout's trace.)
+    # driver's console: the live view and the decision lines are a run's only console output,
+    # so no line there can come from anywhere but the driver. (Candidates' own output never
+    # reaches a Ray worker process's stdout anyway: the sandbox captures it into the trace.)
     opts = dict(namespace=ray_cfg.namespace, log_to_driver=False, configure_logging=False)
     try:
         with _stderr_captured(sink):

@@ -15,7 +15,7 @@ def ray_session():
     import ray
 
     if not ray.is_initialized():
-        ray.init(num_cpus=2, include_dashboard=False, namespace="rsi", configure_logging=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, namespace="rsi", configure_logging=False,
                  log_to_driver=False)
     yield ray
     ray.shutdown()

@@ -166,3 +166,25 @@ def test_symbolic_proposals_pass_the_gate_or_are_counted():
     assert PRIORITY_SEED not in out.valid
     again = symbolic_proposals(PRIORITY_SEED, random.Random(0), 20)
     assert again.valid == out.valid  # deterministic for a seed
+
+
+DATACLASS_POLICY = """
+from dataclasses import dataclass
+
+@dataclass
+class Policy:
+    margin: float = 0.0
+
+    def choose(self, members):
+        pool = [m for m in members if m.confirmed]
+        return max(pool, key=lambda m: m.train_mean + self.margin)
+"""
+
+
+def test_a_dataclass_policy_builds_in_the_jail():
+    """Class machinery that looks its module up in sys.modules (@dataclass) works in the build,
+    as it would in an imported module."""
+    assert validate_proposal(policy_source("promotion"), DATACLASS_POLICY) == (True, "")
+    broken = DATACLASS_POLICY.replace("margin: float = 0.0", "margin: float")  # Policy() needs an argument
+    ok, why = validate_proposal(policy_source("promotion"), broken)
+    assert not ok and "construct with no arguments" in why

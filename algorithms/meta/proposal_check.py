@@ -30,6 +30,7 @@ import builtins
 import itertools
 import math
 import re
+import sys
 import types
 from collections.abc import Callable
 from typing import Any
@@ -430,11 +431,15 @@ def build_checked_policy(module: Any, slot: str) -> Any:
     from algorithms.meta.smoke import smoke
 
     allowed = IMPORTS | frozenset(VALUE_TYPES)
-    namespace = {
-        "__builtins__": SAFE_BUILTINS
-        | {"__build_class__": builtins.__build_class__, "__import__": _restricted_import(allowed)},
-        "__name__": "rsi_policy",
+    # A real module under its name in sys.modules, as an imported one would be: class
+    # machinery such as @dataclass looks the defining module up there.
+    built = types.ModuleType("rsi_policy")
+    built.__dict__["__builtins__"] = SAFE_BUILTINS | {
+        "__build_class__": builtins.__build_class__,
+        "__import__": _restricted_import(allowed),
     }
+    sys.modules["rsi_policy"] = built
+    namespace = built.__dict__
     try:
         exec(module if isinstance(module, types.CodeType) else compile(module, "<policy>", "exec"), namespace)
     except Exception as exc:  # candidate code: the failure is the verdict
