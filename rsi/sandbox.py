@@ -677,20 +677,26 @@ def _lock_slot_file(path: str, rested_only: bool) -> int | None:
 def _kill_uid(uid: int) -> None:
     """SIGKILL every process of ``uid`` (the rollout's own), including those that left its
     process group with setsid. A process that has been sent SIGKILL can no longer fork, so
-    passes over /proc end as soon as one finds nobody new; each kill goes through a pidfd
-    after re-checking the process, so a pid reused meanwhile is never hit."""
+    passes over /proc end once nobody new appears; it returns only when every process of the
+    uid has exited (SIGKILL is delivered asynchronously, which a loaded machine makes visible).
+    Each kill goes through a pidfd after re-checking the process, so a pid reused meanwhile is
+    never hit."""
     if uid < _MIN_SANDBOX_UID:  # the same sweep on uid 0 would end the machine
         raise RsiError(f"refusing to sweep uid {uid}")
     signalled: set[tuple[int, bytes]] = set()
     deadline = time.monotonic() + _SWEEP_S
     while time.monotonic() < deadline:
-        fresh = [p for p in _live_processes(uid) if p not in signalled]
-        if not fresh:
+        live = _live_processes(uid)
+        if not live:  # every process of the uid has exited: none outlives the rollout
             return
+        fresh = [p for p in live if p not in signalled]
         for pid, started in fresh:
             _kill_exactly(pid, started, uid)
             signalled.add((pid, started))
-    raise RsiError(f"processes of sandbox uid {uid} kept appearing for {_SWEEP_S} s")
+        if not fresh:  # all signalled, still exiting (a loaded machine takes a moment)
+            time.sleep(0.002)
+    if any(p not in signalled for p in _live_processes(uid)):
+        raise RsiError(f"processes of sandbox uid {uid} kept appearing for {_SWEEP_S} s")
 
 
 def _live_processes(uid: int) -> list[tuple[int, bytes]]:
