@@ -236,6 +236,26 @@ class Evaluator:
             return max(1, math.ceil(per_cpu / math.ceil(per_cpu / self.batch_hint)))
         return max(1, min(8, math.ceil(n / (cpus * 4))))
 
+    def _lost(self, i: int, n: int, exc: Exception) -> ClusterError:
+        """A batch lost past its retries. Ray's WorkerCrashedError does not say where the
+        worker ran: name the nodes that could run this batch (the one node of a single
+        machine); a NodeDiedError's own text, kept, names the node that died."""
+        need = {"CPU": self.config.num_cpus, **self.config.resources}
+        nodes = [
+            f"{nd['NodeID']} ({nd['NodeManagerAddress']}{'' if nd['Alive'] else ', dead'})"
+            for nd in ray.nodes()
+            if all(nd["Resources"].get(k, 0) >= v for k, v in need.items())
+        ]
+        where = (
+            f"node {nodes[0]}"
+            if len(nodes) == 1
+            else f"one of nodes {', '.join(nodes[:8])}" + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
+        )
+        return ClusterError(
+            f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
+            f"retries on {where}: {type(exc).__name__}: {exc}"
+        )
+
     def _run(self, req: Request, todo: list[RolloutSpec], rid: int) -> tuple[pa.Table, list[dict]]:
         if not todo:
             return empty_table(), []
@@ -278,45 +298,18 @@ class Evaluator:
                     ray.exceptions.NodeDiedError,
                     ray.exceptions.ObjectLostError,
                 ) as exc:
-                    # Ray's WorkerCrashedError does not say where the worker ran: name the nodes
-                    # that could run this batch (the one node of a single machine); a
-                    # NodeDiedError's own text, kept below, names the node that died.
-                    need = {"CPU": self.config.num_cpus, **self.config.resources}
-                    nodes = [
-                        f"{nd['NodeID']} ({nd['NodeManagerAddress']}{'' if nd['Alive'] else ', dead'})"
-                        for nd in ray.nodes()
-                        if all(nd["Resources"].get(k, 0) >= v for k, v in need.items())
-                    ]
-                    where = (
-                        f"node {nodes[0]}"
-                        if len(nodes) == 1
-                        else f"one of nodes {', '.join(nodes[:8])}"
-                        + (f" and {len(nodes) - 8} more" if len(nodes) > 8 else "")
-                    )
-                    raise ClusterError(
-                        f"rollout batch {i} ({n} rollouts) lost after {self.config.max_retries} "
-                        f"retries on {where}: {type(exc).__name__}: {exc}"
-                    ) from exc
+                    raise self._lost(i, n, exc) from exc
                 returned[i] = time.time()
                 with self.lock:
                     self.progress_by_req[rid].done += n
                     self.executed += n
         tables = [from_ipc(results[i][0]) for i in sorted(results)]
+        batching = {"cluster_cpus": seen, "size": plan.size, "threads": plan.threads, "sized_at": sized_at}
         # How each rollout was batched: the CPUs the request saw, its batch size, when it was
         # sized and when the batch's results came back (epoch seconds): evidence for placement
         # and throughput on a cluster that changes under the run.
         traces = [
-            {
-                **t,
-                "batch": {
-                    "cluster_cpus": seen,
-                    "size": size,
-                    "threads": plan.threads,
-                    "index": i,
-                    "sized_at": sized_at,
-                    "returned_at": returned[i],
-                },
-            }
+            {**t, "batch": {**batching, "index": i, "returned_at": returned[i]}}
             for i in sorted(results)
             for t in results[i][1]
         ]
