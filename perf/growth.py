@@ -89,6 +89,11 @@ def main() -> None:
             f"| {prev_step + 1}-{step} | {rss:.0f} | {sum(delta.values()) / n:.0f} | {cols} | {(t - prev_t) / n:.2f} |"
         )
         prev_step, prev_bytes, prev_t = step, so_far, t
+    print()
+    last = samples[-1][2]
+    print(
+        "bytes written by the driver, by file kind, whole run: " + ", ".join(f"{k} {v}" for k, v in last.most_common())
+    )
 
 
 if __name__ == "__main__":
