@@ -25,7 +25,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
 from rsi.workers._merge import merge
-from rsi.workers._mutations import OPERATORS, Mutations
+from rsi.workers._mutations import OPERATORS, Mutations, scalar_args
+from rsi.workers._probe import ProbeMode, neutral
 from rsi.workers._pyedit import MARKER, Function, ModuleNames, clone, marked_functions, module_names, splice
 from rsi.workers.base import Worker
 
@@ -102,6 +103,12 @@ class MutatorWorker(Worker):
             "control; a function already larger only gets edits and drops)",
         )
         weights: OperatorWeights = Field(default_factory=OperatorWeights, description="relative operator frequencies")
+        probe: ProbeMode = Field(
+            "equal",
+            description="draw again when an edit is neutral on a cheap probe of synthetic inputs (pure "
+            "expression functions only): 'equal' = same results as the parent, 'order' = results in the "
+            "same order (for functions whose result is ranked or maximised, like a priority), 'off'",
+        )
 
     def __init__(self, config: MutatorWorker.Config, base_dir: Path | None = None, seed: int = 0):
         super().__init__()
@@ -149,17 +156,31 @@ class MutatorWorker(Worker):
         targets = _find_targets(checkout, skip)
         if not targets:
             return f"mutate: no function marked '{MARKER}' in any Python file; no change"
+        fallback, neutral_draws = None, 0
         for _ in range(MAX_ATTEMPTS):
             result = self._attempt(targets)
-            if result is not None:
-                files, applied = result
-                for rel, text in files.items():
-                    (checkout / rel).write_bytes(text.encode())
-                return "mutate: " + "; ".join(applied)
+            if result is None:
+                continue
+            files, applied, is_neutral = result
+            if is_neutral:
+                neutral_draws += 1
+                fallback = fallback or (files, applied)
+                continue
+            return self._write(checkout, files, applied, neutral_draws)
+        if fallback is not None:  # every change found was neutral on the probe: still a change
+            return self._write(checkout, *fallback, neutral_draws) + " (neutral on the probe)"
         return f"mutate: no operator found a valid change in {len(targets)} marked function(s); no change"
 
-    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str]] | None:
-        """One candidate edit, or None when it changed nothing or failed to parse."""
+    @staticmethod
+    def _write(checkout: Path, files: dict[str, str], applied: list[str], neutral_draws: int) -> str:
+        for rel, text in files.items():
+            (checkout / rel).write_bytes(text.encode())
+        redrawn = f" [{neutral_draws} neutral edit(s) redrawn]" if neutral_draws else ""
+        return "mutate: " + "; ".join(applied) + redrawn
+
+    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str], bool] | None:
+        """One candidate edit and whether the probe found it neutral, or None when it changed
+        nothing or failed to parse."""
         copies: dict[int, Function] = {}
         applied = []
         for _ in range(int(self.rng.integers(1, self.config.max_ops + 1))):
@@ -182,7 +203,20 @@ class MutatorWorker(Worker):
             except SyntaxError:
                 return None
             files[path] = source
-        return (files, applied) if files else None
+        if not files:
+            return None
+        is_neutral = all(
+            neutral(
+                targets[i].fn,
+                copies[i],
+                targets[i].names,
+                scalar_args(targets[i].fn),
+                self.config.constant_scale,
+                self.config.probe,
+            )
+            for i in changed
+        )
+        return files, applied, is_neutral
 
     def _operator(self, fn: Function) -> str:
         weights = np.array([getattr(self.config.weights, op) for op in OPERATORS], dtype=float)
