@@ -4,7 +4,10 @@ It lets every search run end to end without a model: an ``edit`` rewrites functi
 with a ``# rsi: evolve`` comment line directly above their ``def`` by 1..``max_ops`` random
 operators on the body's syntax tree (perturb a constant, swap an arithmetic or comparison
 operator, swap an elementwise math function, insert a term built from the function's own
-names, drop a term). Every result parses and differs from the input. With ``ancestor`` and
+names, drop a term). Every result parses and differs from the input; with ``probe`` set, an
+edit that gives the parent's results (or their order) on a few synthetic inputs is drawn again
+(``_probe``). Arguments annotated as plain numbers beside an array are never the only names in
+an inserted term or condition (it would be the same for every element). With ``ancestor`` and
 ``donor`` references, ``edit`` instead three-way merges the donor's changes into the checkout
 (recombination). Randomness is one seeded generator whose state travels through
 ``get_state``/``set_state``, so a resumed run draws the same edits.
