@@ -377,3 +377,53 @@ def test_order_probe_redraws_neutral_edits(tmp_path):
     order, order_redrawn = neutral_share("order")
     assert off >= 5 and off_redrawn == 0
     assert order == 0 and order_redrawn >= 5
+
+
+def test_probe_cases_from_json_keep_only_numbers_and_number_lists():
+    from rsi.workers._probe import load_cases
+
+    cases = load_cases([{"item": 3, "bins": [4, 9]}, {"item": "x", "bins": [1]}, {"item": 2, "bins": [1, None]}, 7, {}])
+    assert len(cases) == 1 and cases[0]["item"] == 3 and cases[0]["bins"].tolist() == [4, 9]
+    assert load_cases({"item": 3}) == []
+
+
+def test_probe_inputs_show_the_functions_real_domain(tmp_path):
+    """On synthetic inputs (residuals of either sign) ``-r - 3*sqrt(|r|)`` ranks bins unlike
+    ``-r``; on recorded inputs, where every residual r = bins - item is >= 0, it ranks them the
+    same: neutral only there."""
+    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    parent = _function(TYPED_BEST_FIT)
+    child = _function(
+        "def priority(item: float, bins: np.ndarray):\n    return -(bins - item) - 3 * np.sqrt(np.abs(bins - item))\n"
+    )
+    recorded = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}, {"item": 12, "bins": [13, 20, 99, 100]}])
+    names = ModuleNames(numpy="np")
+    assert not neutral(parent, child, names, {"item"}, 10.0, "order")
+    assert neutral(parent, child, names, {"item"}, 10.0, "order", recorded)
+    other_args = load_cases([{"x": 1, "y": [2, 3]}])
+    assert not neutral(parent, child, names, {"item"}, 10.0, "order", other_args), "cases for other names: synthetic"
+
+
+def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
+    """With recorded inputs in the checkout, fewer of the mutator's edits of best fit rank the
+    recorded bins as best fit does than with the synthetic probe alone."""
+    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
+    cases = load_cases(recorded)
+
+    def neutral_count(probe_inputs):
+        count = 0
+        for seed in range(40):
+            root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps(recorded)},
+                                 name=f"{probe_inputs}{seed}")
+            make(seed=seed, probe="order", probe_inputs=probe_inputs).edit(root, "improve")
+            child = _function((root / "heuristic.py").read_text())
+            count += neutral(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases)
+        return count
+
+    synthetic, with_inputs = neutral_count("missing.json"), neutral_count("probe.json")
+    assert synthetic >= 5 and with_inputs < synthetic / 2

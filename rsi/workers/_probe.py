@@ -110,6 +110,26 @@ def _allowed_call(func: ast.expr, names: ModuleNames) -> bool:
     return False
 
 
+def load_cases(data: object) -> list[dict]:
+    """Example argument sets from parsed JSON: a list of objects mapping each argument name to a
+    number or a list of numbers (an array). Anything else is left out."""
+    cases = []
+    for entry in data if isinstance(data, list) else []:
+        if not isinstance(entry, dict) or not entry:
+            continue
+        case = {}
+        for name, value in entry.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                case[str(name)] = value
+            elif isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+                case[str(name)] = np.asarray(value)
+            else:
+                break
+        else:
+            cases.append(case)
+    return cases[:64]
+
+
 def probe_inputs(fn: Function, scalars: set[str], scale: float, seed: int = 0) -> list[dict]:
     """``CASES`` argument sets: scalars one number, other arguments arrays of ``LENGTH``, values
     spread over [0, 3 * scale] (a fixed draw: the same inputs for parent and child)."""
@@ -157,13 +177,24 @@ def _bare(fn: Function) -> Function:
 
 
 def neutral(
-    parent: Function, child: Function, names: ModuleNames, scalars: set[str], scale: float, mode: ProbeMode
+    parent: Function,
+    child: Function,
+    names: ModuleNames,
+    scalars: set[str],
+    scale: float,
+    mode: ProbeMode,
+    cases: list[dict] | None = None,
 ) -> bool:
     """Whether ``child`` computes what ``parent`` does on the probe (``mode``); False whenever
-    either is not a pure expression function or fails on the probe."""
+    either is not a pure expression function or fails on the probe. ``cases``: argument sets to
+    call with (example inputs of the function); default the synthetic ``probe_inputs``."""
     if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
         return False
-    cases = probe_inputs(parent, scalars, scale)
+    if cases is not None:
+        wanted = {a.arg for a in parent.args.args}
+        cases = [c for c in cases if set(c) == wanted]
+    if not cases:
+        cases = probe_inputs(parent, scalars, scale)
     a, b = _run(parent, names, cases), _run(child, names, cases)
     if a is None or b is None:
         return False

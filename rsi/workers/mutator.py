@@ -16,6 +16,7 @@ an inserted term or condition (it would be the same for every element). With ``a
 from __future__ import annotations
 
 import ast
+import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -29,7 +30,7 @@ from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
 from rsi.workers._merge import merge
 from rsi.workers._mutations import OPERATORS, Mutations, scalar_args
-from rsi.workers._probe import ProbeMode, neutral
+from rsi.workers._probe import ProbeMode, load_cases, neutral
 from rsi.workers._pyedit import MARKER, Function, ModuleNames, clone, marked_functions, module_names, splice
 from rsi.workers.base import Worker
 
@@ -112,6 +113,12 @@ class MutatorWorker(Worker):
             "expression functions only): 'equal' = same results as the parent, 'order' = results in the "
             "same order (for functions whose result is ranked or maximised, like a priority), 'off'",
         )
+        probe_inputs: str | None = Field(
+            None,
+            description="JSON file in the checkout with example inputs for the probe: a list of objects mapping "
+            "each argument name to a number or a list of numbers (recorded from real calls, they make the probe "
+            "see the function's actual domain); unset, missing or unreadable: synthetic inputs around constant_scale",
+        )
 
     def __init__(self, config: MutatorWorker.Config, base_dir: Path | None = None, seed: int = 0):
         super().__init__()
@@ -159,6 +166,7 @@ class MutatorWorker(Worker):
         targets = _find_targets(checkout, skip)
         if not targets:
             return f"mutate: no function marked '{MARKER}' in any Python file; no change"
+        self._cases = self._probe_cases(checkout)
         fallback, neutral_draws = None, 0
         for _ in range(MAX_ATTEMPTS):
             result = self._attempt(targets)
@@ -173,6 +181,14 @@ class MutatorWorker(Worker):
         if fallback is not None:  # every change found was neutral on the probe: still a change
             return self._write(checkout, *fallback, neutral_draws) + " (neutral on the probe)"
         return f"mutate: no operator found a valid change in {len(targets)} marked function(s); no change"
+
+    def _probe_cases(self, checkout: Path) -> list[dict] | None:
+        if self.config.probe == "off" or not self.config.probe_inputs:
+            return None
+        try:
+            return load_cases(json.loads((checkout / self.config.probe_inputs).read_text()))
+        except (OSError, ValueError):
+            return None
 
     @staticmethod
     def _write(checkout: Path, files: dict[str, str], applied: list[str], neutral_draws: int) -> str:
@@ -216,6 +232,7 @@ class MutatorWorker(Worker):
                 scalar_args(targets[i].fn),
                 self.config.constant_scale,
                 self.config.probe,
+                getattr(self, "_cases", None),
             )
             for i in changed
         )
