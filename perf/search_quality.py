@@ -89,7 +89,7 @@ def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> lis
     whose fitting bins hold at least 3 distinct residuals, with those residuals (distinct, sorted:
     a repeat changes no comparison)."""
     items = sample_items("weibull", np.random.default_rng(seed), 5000).tolist()
-    bins, cases = open_bins(100, len(items)), []
+    bins, cases = open_bins(100, len(items)), list[dict]()
     for i, item in enumerate(items):
         distinct = sorted({int(b) for b in bins[bins >= item]})
         if i % every == every // 2 and len(distinct) >= 3 and len(cases) < limit:

@@ -117,7 +117,7 @@ def load_cases(data: object) -> list[dict]:
     for entry in data if isinstance(data, list) else []:
         if not isinstance(entry, dict) or not entry:
             continue
-        case = {}
+        case: dict[str, float | np.ndarray] = {}
         for name, value in entry.items():
             if isinstance(value, (int, float)) and not isinstance(value, bool):
                 case[str(name)] = value
