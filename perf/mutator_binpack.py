@@ -43,6 +43,10 @@ import numpy as np
 def priority(item, bins):
     return -(bins - item)
 '''
+# The quickstart target's signature: ``item`` a number, ``bins`` an array (the mutator's type hint).
+ANNOTATED = SEED_SOURCE.replace(
+    "def priority(item, bins):", "def priority(item: float, bins: np.ndarray) -> np.ndarray:"
+)
 
 
 def train_instances(count: int, items: int) -> list[list[int]]:
@@ -68,16 +72,25 @@ def excess(source: str, instances: list[list[int]]) -> float:
     return 100.0 * (used - bound) / bound
 
 
-def climb(run: int, evals: int, train: list[list[int]], config: MutatorWorker.Config) -> tuple[str, list[float]]:
+def climb(
+    run: int,
+    evals: int,
+    train: list[list[int]],
+    config: MutatorWorker.Config,
+    seed: str = SEED_SOURCE,
+    probe_file: Path | None = None,
+) -> tuple[str, list[float]]:
     """Best source found and the best-so-far training excess after each evaluation."""
     worker = MutatorWorker(config, base_dir=Path("."), seed=run)
-    best, best_score, curve = SEED_SOURCE, excess(SEED_SOURCE, train), []
+    best, best_score, curve = seed, excess(seed, train), []
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(evals):
             shutil.rmtree(checkout, ignore_errors=True)
             checkout.mkdir()
             (checkout / "heuristic.py").write_text(best)
+            if probe_file is not None:
+                shutil.copy(probe_file, checkout / "probe.json")
             worker.edit(checkout, "improve the priority function")
             child = (checkout / "heuristic.py").read_text()
             score = excess(child, train)
@@ -90,9 +103,16 @@ def climb(run: int, evals: int, train: list[list[int]], config: MutatorWorker.Co
 def study(args, run: int) -> str:
     """One climb, as a table row followed by the heuristic it ended with."""
     train, test = train_instances(args.train, args.items), test_instances()
-    config = MutatorWorker.Config(type="mutator", constant_scale=args.scale, max_ops=args.max_ops)
+    config = MutatorWorker.Config(
+        type="mutator",
+        constant_scale=args.scale,
+        max_ops=args.max_ops,
+        probe=args.probe,
+        probe_inputs="probe.json" if args.probe_inputs else None,
+    )
     start = time.perf_counter()
-    best, curve = climb(run, args.evals, train, config)
+    seed = ANNOTATED if args.annotated else SEED_SOURCE
+    best, curve = climb(run, args.evals, train, config, seed, args.probe_inputs)
     below = next((i + 1 for i, v in enumerate(curve) if v < excess(SEED_SOURCE, train) - 1e-9), None)
     at = [f"{curve[min(n, len(curve)) - 1]:.2f}%" for n in (50, 100, 200)]
     body = "\n".join("    " + line for line in best.split("# rsi: evolve\n")[1].splitlines())
@@ -111,6 +131,9 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1000, help="items per training instance")
     parser.add_argument("--scale", type=float, default=10.0, help="mutator constant_scale")
     parser.add_argument("--max-ops", type=int, default=3, help="mutator max_ops")
+    parser.add_argument("--probe", default="equal", choices=["off", "equal", "order"], help="mutator probe")
+    parser.add_argument("--probe-inputs", type=Path, help="JSON probe inputs, e.g. targets/binpack_bestfit/probe.json")
+    parser.add_argument("--annotated", action="store_true", help="seed with type hints (item: float, bins: array)")
     args = parser.parse_args()
     train, test = train_instances(args.train, args.items), test_instances()
     print(f"best fit: train {excess(SEED_SOURCE, train):.2f}%  Weibull 5k test {excess(SEED_SOURCE, test):.2f}%")

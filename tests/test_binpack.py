@@ -299,8 +299,10 @@ def test_report_on_train_lists_excess_only():
 def test_templates_classify_every_file_and_mark_the_evolved_function(template):
     comps = Components.load(template)
     files = sorted(p.name for p in template.iterdir() if p.is_file() and p.name != "components.yaml")
-    assert files == ["README.md", "heuristic.py"]
-    assert [comps.label(f) for f in files] == ["docs", "heuristic"]
+    # best fit also carries the mutator's probe inputs (recorded calls of priority)
+    expected = {"README.md": "docs", "heuristic.py": "heuristic", "probe.json": "probe"}
+    assert files == (sorted(expected) if template == BESTFIT else ["README.md", "heuristic.py"])
+    assert [comps.label(f) for f in files] == [expected[f] for f in files]
     lines = (template / "heuristic.py").read_text().splitlines()
     assert lines[lines.index("def priority(item: float, bins: np.ndarray) -> np.ndarray:") - 1] == "# rsi: evolve"
 

@@ -130,7 +130,8 @@ def test_parent_choice_among_confirmed_and_records(tmp_path, ray_session):
         "v3": {"t1": 0.5, "t2": 0.6, "t3": 0.2, "x1": 0.8}}}
     edits = [version("v1"), version("v2"), version("v3"), version("v0")]
     decisions, summary, records = run(scenario(tmp_path, table, edits,
-                                               {"max_steps": 4, "merge_every": 0, "exploration_probability": 0.5}))
+                                               {"max_steps": 4, "merge_every": 0, "exploration_probability": 0.5,
+                                                "duplicate_retries": 0}))
     admitted = {decisions[0]["snapshot_id"]}
     for d in decisions:
         if d["kind"] == "screen":
@@ -237,7 +238,8 @@ def _parallel_table() -> dict:
         "v3": {"t1": 1.0, "t2": 1.0, "t3": 0.5}}}
 
 
-PARALLEL = {"max_steps": 4, "merge_every": 0, "parallel_candidates": 2, "exploration_probability": 0.0}
+PARALLEL = {"max_steps": 4, "merge_every": 0, "parallel_candidates": 2, "exploration_probability": 0.0,
+            "duplicate_retries": 0}
 PARALLEL_EDITS = [version("v1"), version("v1"), version("vBad"), version("v3")]
 
 
@@ -266,6 +268,27 @@ def test_parallel_round_duplicate_and_screen_rejection(tmp_path, ray_session):
         [(0, "seed", True), (1, "confirm", True), (3, "screen", False), (4, "confirm", True)]
     assert [(d["step"], d["reason"]) for d in promote["declined_edits"]] == [(2, "duplicate")]
     assert summary["snapshot_id"] == v3 and summary["rollouts"]["executed"] == 64
+
+
+def test_duplicate_edits_are_asked_again_before_they_use_a_step(tmp_path, ray_session):
+    """Round 1 of two candidates: both edits write v1 onto the seed. With retries (the default
+    3) the second is asked again, writes v1 once more, then vBad: no step is declined and step 2
+    measures vBad. With one retry the second answer is still v1: declined as a duplicate."""
+    edits = [version("v1"), version("v1"), version("v1"), version("vBad")]
+    params = {**PARALLEL, "max_steps": 2}
+    params.pop("duplicate_retries")
+    decisions, _, records = run(scenario(tmp_path / "default", _parallel_table(), edits, params))
+    assert not of(decisions, "decline")
+    screens = of(decisions, "screen")
+    assert [(d["step"], records.get_snapshot(d["snapshot_id"]).text("VERSION").strip()) for d in screens] == [
+        (1, "v1"), (2, "vBad")]
+
+    decisions, _, _ = run(scenario(tmp_path / "once", _parallel_table(), edits,
+                                   {**params, "duplicate_retries": 1}))
+    decline, = of(decisions, "decline")
+    assert (decline["step"], decline["reason"]) == (2, "duplicate")
+    assert "after 1 retries" in decline["detail"]
+    assert [d["step"] for d in of(decisions, "screen")] == [1]
 
 
 def test_parallel_run_stopped_after_a_round_resumes_to_identical_decisions(tmp_path, ray_session):

@@ -275,3 +275,155 @@ def test_mutants_run_on_bin_packing_inputs(tmp_path):
             out = np.broadcast_to(np.asarray(namespace["priority"](item, bins), dtype=float), bins.shape)
         ok += bool(np.isfinite(out).all())
     assert ok >= 36
+
+
+# ---- typed atoms and the neutrality probe -------------------------------------------------------
+TYPED_BEST_FIT = (
+    f"import numpy as np\n\n\n{MARKER}\ndef priority(item: float, bins: np.ndarray) -> np.ndarray:\n"
+    "    return -(bins - item)\n"
+)
+
+
+def _function(source: str) -> ast.FunctionDef:
+    return next(n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef))
+
+
+def test_scalar_args_are_the_numbers_beside_an_array():
+    from rsi.workers._mutations import scalar_args
+
+    assert scalar_args(_function(TYPED_BEST_FIT)) == {"item"}
+    assert scalar_args(_function("def f(a: float, b: int):\n    return a + b\n")) == set(), "all scalars: none singled out"
+    assert scalar_args(_function(BEST_FIT)) == set(), "no annotations: no hint"
+
+
+def test_inserted_conditions_and_terms_vary_between_elements(tmp_path):
+    """With ``item: float`` beside ``bins: np.ndarray``, no inserted comparison or term is built
+    on ``item`` alone (it would be the same for every bin and change no choice)."""
+    from rsi.workers._mutations import Mutations, scalar_args
+    from rsi.workers._pyedit import module_names
+
+    tree = ast.parse(TYPED_BEST_FIT)
+    scalars, inserted = scalar_args(_function(TYPED_BEST_FIT)), 0
+    for seed in range(200):
+        fn = _function(TYPED_BEST_FIT)
+        assert Mutations(np.random.default_rng(seed), module_names(tree)).apply("insert_term", fn)
+        for node in ast.walk(fn):
+            if isinstance(node, ast.Compare):
+                inserted += 1
+                used = {n.id for n in ast.walk(node.left) if isinstance(n, ast.Name)}
+                assert used - scalars, ast.unparse(node)
+    assert inserted > 20
+
+
+def test_probe_finds_order_preserving_edits_neutral():
+    from rsi.workers._probe import neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    names, parent = ModuleNames(numpy="np"), _function(TYPED_BEST_FIT)
+
+    def child(body: str) -> ast.FunctionDef:
+        return _function(f"def priority(item: float, bins: np.ndarray):\n    return {body}\n")
+
+    def check(body, mode):
+        return neutral(parent, child(body), names, {"item"}, 10.0, mode)
+
+    assert check("-(bins - item) * 1", "equal") and check("-(bins - item) * 1", "order")
+    assert not check("-(bins + item)", "equal"), "a shift changes the results"
+    assert check("-(bins + item)", "order") and check("-2.5 * (bins - item) + 7", "order")
+    assert not check("np.where((bins - item > 0) & (bins - item < 9), -(bins - item) * 20, -(bins - item))", "order")
+    assert not check("bins - item", "order"), "a reversed order is a change"
+    assert not check("-(bins - item) * 1", "off")
+
+
+def test_probe_runs_only_pure_expression_functions():
+    from rsi.workers._probe import is_pure
+    from rsi.workers._pyedit import ModuleNames
+
+    names = ModuleNames(numpy="np", math="math")
+    assert is_pure(_function(TYPED_BEST_FIT), names)
+    assert is_pure(_function('def f(a, b):\n    """Doc."""\n    g = a - b\n    return np.where(g > 1, g, -g)\n'), names)
+    for body in (
+        "import os\n    return a",
+        "return open('x')",
+        "return a.sum()",
+        "return [a, b]",
+        "return 'x' * 10",
+        "return 3 ** 999999",
+        "return np.save('x', a)",
+        "for k in range(3):\n        a = a + k\n    return a",
+        "return undefined_name",
+        "return (lambda: a)()",
+    ):
+        assert not is_pure(_function(f"def f(a, b):\n    {body}\n"), names), body
+
+
+def test_order_probe_redraws_neutral_edits(tmp_path):
+    """Over the same seeds, the order probe leaves fewer edits of best fit that only shift or
+    rescale every bin's priority alike, and says how many it redrew."""
+    from rsi.workers._probe import neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    def neutral_share(probe: str) -> tuple[int, int]:
+        count, redrawn = 0, 0
+        for seed in range(40):
+            root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT}, name=f"{probe}{seed}")
+            reply = make(seed=seed, probe=probe).edit(root, "improve")
+            redrawn += "redrawn" in reply
+            child = _function((root / "heuristic.py").read_text())
+            count += neutral(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order")
+        return count, redrawn
+
+    off, off_redrawn = neutral_share("off")
+    order, order_redrawn = neutral_share("order")
+    assert off >= 5 and off_redrawn == 0
+    assert order == 0 and order_redrawn >= 5
+
+
+def test_probe_cases_from_json_keep_only_numbers_and_number_lists():
+    from rsi.workers._probe import load_cases
+
+    cases = load_cases([{"item": 3, "bins": [4, 9]}, {"item": "x", "bins": [1]}, {"item": 2, "bins": [1, None]}, 7, {}])
+    assert len(cases) == 1 and cases[0]["item"] == 3 and cases[0]["bins"].tolist() == [4, 9]
+    assert load_cases({"item": 3}) == []
+
+
+def test_probe_inputs_show_the_functions_real_domain(tmp_path):
+    """On synthetic inputs (residuals of either sign) ``-r - 3*sqrt(|r|)`` ranks bins unlike
+    ``-r``; on recorded inputs, where every residual r = bins - item is >= 0, it ranks them the
+    same: neutral only there."""
+    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    parent = _function(TYPED_BEST_FIT)
+    child = _function(
+        "def priority(item: float, bins: np.ndarray):\n    return -(bins - item) - 3 * np.sqrt(np.abs(bins - item))\n"
+    )
+    recorded = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}, {"item": 12, "bins": [13, 20, 99, 100]}])
+    names = ModuleNames(numpy="np")
+    assert not neutral(parent, child, names, {"item"}, 10.0, "order")
+    assert neutral(parent, child, names, {"item"}, 10.0, "order", recorded)
+    other_args = load_cases([{"x": 1, "y": [2, 3]}])
+    assert not neutral(parent, child, names, {"item"}, 10.0, "order", other_args), "cases for other names: synthetic"
+
+
+def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
+    """With recorded inputs in the checkout, fewer of the mutator's edits of best fit rank the
+    recorded bins as best fit does than with the synthetic probe alone."""
+    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
+    cases = load_cases(recorded)
+
+    def neutral_count(probe_inputs):
+        count = 0
+        for seed in range(40):
+            root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps(recorded)},
+                                 name=f"{probe_inputs}{seed}")
+            make(seed=seed, probe="order", probe_inputs=probe_inputs).edit(root, "improve")
+            child = _function((root / "heuristic.py").read_text())
+            count += neutral(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases)
+        return count
+
+    synthetic, with_inputs = neutral_count("missing.json"), neutral_count("probe.json")
+    assert synthetic >= 5 and with_inputs < synthetic / 2

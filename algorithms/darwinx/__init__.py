@@ -159,9 +159,8 @@ class DarwinX(Algorithm):
             proposals.append(prop)
         results = self.workers.edit_many(jobs)
         known = {c.snapshot_id for c in self.archive}
-        for prop, edited in zip(proposals, results):
-            reply = edited.reply
-            child = self._commit(prop, edited, reply, known)
+        children = self._commit_all(proposals, jobs, results, known)
+        for prop, (child, reply) in zip(proposals, children):
             if child is not None:
                 known.add(child.snapshot_id)
                 prop.candidate = Candidate(
@@ -320,7 +319,43 @@ class DarwinX(Algorithm):
                 return main, other
         return None
 
-    def _commit(self, prop: Proposal, edited: EditResult, reply: str, known: set[str]) -> Snapshot | None:
+    def _commit_all(self, proposals: list[Proposal], jobs: list, results: list[EditResult], known: set[str]):
+        """Commit every edit of a round in order; an edit that reproduces a known version is
+        asked again (all of them of one retry at once) up to ``duplicate_retries`` times, and
+        only then declined as a duplicate. Committed children join ``known`` as they come."""
+        out: list[tuple[Snapshot | None, str]] = [(None, "")] * len(proposals)
+        pending = list(range(len(proposals)))
+        for attempt in range(self.p.duplicate_retries + 1):
+            last = attempt == self.p.duplicate_retries
+            again = []
+            for k in pending:
+                prop, edited = proposals[k], results[k]
+                # A merge is deterministic: asking again would reproduce the same version.
+                final = last or prop.kind == "recombination"
+                child = self._commit(prop, edited, edited.reply, known, decline_duplicate=final, retries=attempt)
+                if child == "again":
+                    again.append(k)
+                    continue
+                if isinstance(child, Snapshot):
+                    known.add(child.snapshot_id)
+                out[k] = (child if isinstance(child, Snapshot) else None, edited.reply)
+            if not again:
+                break
+            for k, edited in zip(again, self.workers.edit_many([jobs[k] for k in again])):
+                results[k] = edited
+            pending = again
+        return out
+
+    def _commit(
+        self,
+        prop: Proposal,
+        edited: EditResult,
+        reply: str,
+        known: set[str],
+        decline_duplicate: bool = True,
+        retries: int = 0,
+    ) -> Snapshot | str | None:
+        """The child, None when declined, or "again" for a duplicate that may be retried."""
         child = self.commit_or_decline(
             prop.parent.snapshot,
             edited,
@@ -340,6 +375,8 @@ class DarwinX(Algorithm):
             )
             return None
         if child.snapshot_id in known:
+            if not decline_duplicate:
+                return "again"
             self.decide(
                 "decline",
                 child.snapshot_id,
@@ -348,7 +385,8 @@ class DarwinX(Algorithm):
                 step=prop.step,
                 reason="duplicate",
                 reason_code="duplicate",
-                detail="the edit reproduced a version already measured",
+                detail="the edit reproduced a version already measured"
+                + (f" (after {retries} retries of the edit)" if retries else ""),
             )
             self.declined.append({"step": prop.step, "parent_id": prop.parent.snapshot_id, "reason": "duplicate"})
             return None

@@ -19,6 +19,12 @@ class DarwinXParams(AlgorithmParams):
     solved_threshold: float = Field(1.0, gt=0, le=1, description="avg@k at which a task counts solved, in (0, 1]")
     exploration_probability: float = Field(0.5, ge=0, le=1, description="probability of a uniform parent choice")
     merge_every: int = Field(3, ge=0, description="recombination cadence in steps; 0 disables")
+    duplicate_retries: int = Field(
+        3,
+        ge=0,
+        description="an edit that reproduces a version already measured (or proposed earlier in the round) "
+        "is asked again, of the same parent, up to this many times before it is declined and uses its step",
+    )
     seed: int = Field(42, description="RNG for parent choice and screen subsets (not model sampling)")
     max_evidence_chars: int = Field(24000, ge=500, description="per evidence block; newest kept")
     parallel_candidates: int = Field(

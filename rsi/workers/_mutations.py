@@ -35,6 +35,9 @@ FORMS = {"add": 1.0, "scale": 0.5, "step": 1.0, "where": 1.5}
 ROOT_SHARE = 0.6
 ATOM_SHARE = {"existing": 0.4, "difference": 0.4}  # the rest: a single name
 BAND_SHARE = 0.3
+# Annotations that mark an argument as one number (the same for every element of an array
+# result) rather than a collection of values.
+SCALAR_TYPES = {"float", "int", "bool", "complex"}
 OPERATORS = ("perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")
 
 
@@ -61,6 +64,26 @@ def _body_start(fn: Function) -> int:
     first = fn.body[0]
     is_doc = isinstance(first, ast.Expr) and isinstance(getattr(first.value, "value", None), str)
     return 1 if is_doc and len(fn.body) > 1 else 0
+
+
+def scalar_args(fn: Function) -> set[str]:
+    """Arguments annotated as plain numbers (``float``, ``int``...). When the function also has
+    other arguments (arrays), a term built only from these is constant across the elements of its
+    result: it shifts or rescales every element alike, which changes no comparison between them."""
+    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    scalars = {
+        a.arg
+        for a in args
+        if isinstance(a.annotation, ast.Name)
+        and a.annotation.id in SCALAR_TYPES
+        or isinstance(a.annotation, ast.Constant)
+        and a.annotation.value in SCALAR_TYPES
+    }
+    return scalars if len(scalars) < len(args) else set()
+
+
+def _names_in(node: ast.AST) -> set[str]:
+    return {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
 
 
 def sites(fn: Function) -> list[Site]:
@@ -135,7 +158,13 @@ class Mutations:
     scale: float = 10.0
 
     def apply(self, op: str, fn: Function) -> bool:
+        self._scalars = scalar_args(fn)
         return getattr(self, op)(fn, sites(fn))
+
+    def _varies(self, node: ast.AST) -> bool:
+        """Whether ``node`` can differ between elements: it uses a name that is not a scalar
+        argument (with no typed scalars every name counts)."""
+        return bool(_names_in(node) - getattr(self, "_scalars", set()))
 
     # ---- small draws ----------------------------------------------------------------------
     def _pick(self, seq):
@@ -301,6 +330,7 @@ class Mutations:
         for stmt in fn.body[: site.stmt]:
             names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
         names = list(dict.fromkeys(names))
+        varying = [n for n in names if n not in getattr(self, "_scalars", set())] or names
         u = self.rng.random()
         atom = self._existing(found) if u < ATOM_SHARE["existing"] or not names else None
         if atom is not None:
@@ -308,9 +338,12 @@ class Mutations:
                 atom = atom.operand  # thresholds are mostly positive; compare the quantity itself
             return clone(atom)
         if len(names) >= 2 and u < ATOM_SHARE["existing"] + ATOM_SHARE["difference"]:
-            a, b = self.rng.choice(len(names), size=2, replace=False)
-            return _binop(ast.Name(names[a], ast.Load()), ast.Sub(), ast.Name(names[b], ast.Load()))
-        return ast.Name(self._pick(names), ast.Load()) if names else None
+            # At least one side varies between elements, so the difference is not a constant.
+            a = self._pick(varying)
+            b = self._pick([n for n in names if n != a])
+            first, second = (a, b) if self.rng.random() < 0.5 else (b, a)
+            return _binop(ast.Name(first, ast.Load()), ast.Sub(), ast.Name(second, ast.Load()))
+        return ast.Name(self._pick(varying), ast.Load()) if names else None
 
     def _existing(self, found: list[Site]) -> ast.expr | None:
         """A random compound subexpression relating at least two names (the quantities that
@@ -318,7 +351,7 @@ class Mutations:
         for k in self.rng.permutation(len(found)):
             node = found[k].node
             if found[k].free and isinstance(node, (ast.BinOp, ast.Call, ast.UnaryOp)) and _number(node) is None:
-                if len({n.id for n in ast.walk(node) if isinstance(n, ast.Name)}) > 1:
+                if len(_names_in(node)) > 1 and self._varies(node):
                     return node
         return None
 

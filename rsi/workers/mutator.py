@@ -4,7 +4,10 @@ It lets every search run end to end without a model: an ``edit`` rewrites functi
 with a ``# rsi: evolve`` comment line directly above their ``def`` by 1..``max_ops`` random
 operators on the body's syntax tree (perturb a constant, swap an arithmetic or comparison
 operator, swap an elementwise math function, insert a term built from the function's own
-names, drop a term). Every result parses and differs from the input. With ``ancestor`` and
+names, drop a term). Every result parses and differs from the input; with ``probe`` set, an
+edit that gives the parent's results (or their order) on a few synthetic inputs is drawn again
+(``_probe``). Arguments annotated as plain numbers beside an array are never the only names in
+an inserted term or condition (it would be the same for every element). With ``ancestor`` and
 ``donor`` references, ``edit`` instead three-way merges the donor's changes into the checkout
 (recombination). Randomness is one seeded generator whose state travels through
 ``get_state``/``set_state``, so a resumed run draws the same edits.
@@ -13,6 +16,7 @@ names, drop a term). Every result parses and differs from the input. With ``ance
 from __future__ import annotations
 
 import ast
+import json
 import os
 from dataclasses import dataclass
 from functools import cached_property
@@ -25,7 +29,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
 from rsi.workers._merge import merge
-from rsi.workers._mutations import OPERATORS, Mutations
+from rsi.workers._mutations import OPERATORS, Mutations, scalar_args
+from rsi.workers._probe import ProbeMode, load_cases, neutral
 from rsi.workers._pyedit import MARKER, Function, ModuleNames, clone, marked_functions, module_names, splice
 from rsi.workers.base import Worker
 
@@ -102,6 +107,18 @@ class MutatorWorker(Worker):
             "control; a function already larger only gets edits and drops)",
         )
         weights: OperatorWeights = Field(default_factory=OperatorWeights, description="relative operator frequencies")
+        probe: ProbeMode = Field(
+            "equal",
+            description="draw again when an edit is neutral on a cheap probe of synthetic inputs (pure "
+            "expression functions only): 'equal' = same results as the parent, 'order' = results in the "
+            "same order (for functions whose result is ranked or maximised, like a priority), 'off'",
+        )
+        probe_inputs: str | None = Field(
+            None,
+            description="JSON file in the checkout with example inputs for the probe: a list of objects mapping "
+            "each argument name to a number or a list of numbers (recorded from real calls, they make the probe "
+            "see the function's actual domain); unset, missing or unreadable: synthetic inputs around constant_scale",
+        )
 
     def __init__(self, config: MutatorWorker.Config, base_dir: Path | None = None, seed: int = 0):
         super().__init__()
@@ -149,17 +166,40 @@ class MutatorWorker(Worker):
         targets = _find_targets(checkout, skip)
         if not targets:
             return f"mutate: no function marked '{MARKER}' in any Python file; no change"
+        self._cases = self._probe_cases(checkout)
+        fallback, neutral_draws = None, 0
         for _ in range(MAX_ATTEMPTS):
             result = self._attempt(targets)
-            if result is not None:
-                files, applied = result
-                for rel, text in files.items():
-                    (checkout / rel).write_bytes(text.encode())
-                return "mutate: " + "; ".join(applied)
+            if result is None:
+                continue
+            files, applied, is_neutral = result
+            if is_neutral:
+                neutral_draws += 1
+                fallback = fallback or (files, applied)
+                continue
+            return self._write(checkout, files, applied, neutral_draws)
+        if fallback is not None:  # every change found was neutral on the probe: still a change
+            return self._write(checkout, *fallback, neutral_draws) + " (neutral on the probe)"
         return f"mutate: no operator found a valid change in {len(targets)} marked function(s); no change"
 
-    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str]] | None:
-        """One candidate edit, or None when it changed nothing or failed to parse."""
+    def _probe_cases(self, checkout: Path) -> list[dict] | None:
+        if self.config.probe == "off" or not self.config.probe_inputs:
+            return None
+        try:
+            return load_cases(json.loads((checkout / self.config.probe_inputs).read_text()))
+        except (OSError, ValueError):
+            return None
+
+    @staticmethod
+    def _write(checkout: Path, files: dict[str, str], applied: list[str], neutral_draws: int) -> str:
+        for rel, text in files.items():
+            (checkout / rel).write_bytes(text.encode())
+        redrawn = f" [{neutral_draws} neutral edit(s) redrawn]" if neutral_draws else ""
+        return "mutate: " + "; ".join(applied) + redrawn
+
+    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str], bool] | None:
+        """One candidate edit and whether the probe found it neutral, or None when it changed
+        nothing or failed to parse."""
         copies: dict[int, Function] = {}
         applied = []
         for _ in range(int(self.rng.integers(1, self.config.max_ops + 1))):
@@ -182,7 +222,21 @@ class MutatorWorker(Worker):
             except SyntaxError:
                 return None
             files[path] = source
-        return (files, applied) if files else None
+        if not files:
+            return None
+        is_neutral = all(
+            neutral(
+                targets[i].fn,
+                copies[i],
+                targets[i].names,
+                scalar_args(targets[i].fn),
+                self.config.constant_scale,
+                self.config.probe,
+                getattr(self, "_cases", None),
+            )
+            for i in changed
+        )
+        return files, applied, is_neutral
 
     def _operator(self, fn: Function) -> str:
         weights = np.array([getattr(self.config.weights, op) for op in OPERATORS], dtype=float)

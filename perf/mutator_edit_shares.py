@@ -1,0 +1,101 @@
+"""Study: what single mutator edits of best fit do to the packing, by mutator setting.
+
+Each of ``--edits`` edits starts from the quickstart's best-fit heuristic (with its type hints);
+the child packs 2 generated Weibull instances of 1000 items (``mutator_binpack``'s training
+seeds, apart from the benchmark's train, dev and test). An edit is a repeat (the same text as an
+earlier edit), neutral (the very same bins as best fit), better or worse (fewer or more bins in
+total), or a crash.
+
+    .venv/bin/python perf/mutator_edit_shares.py --edits 800 --seed 0 --probe order \\
+        --probe-inputs targets/binpack_bestfit/probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import tempfile
+import warnings
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.binpack.instances import sample_items
+from benchmarks.binpack.online import pack
+from rsi.workers.mutator import MutatorWorker
+
+CAPACITY = 100
+
+SEED = (Path(__file__).resolve().parents[1] / "targets" / "binpack_bestfit" / "heuristic.py").read_text()
+
+
+def train_instances(count: int, items: int) -> list[list[int]]:
+    """The instances ``perf/mutator_binpack.py`` trains on (seeds 90000 + i)."""
+    return [sample_items("weibull", np.random.default_rng(90_000 + i), items).tolist() for i in range(count)]
+
+
+def packings(source: str, instances: list[list[int]]) -> list[np.ndarray] | None:
+    namespace: dict = {}
+    try:
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            exec(compile(source, "heuristic.py", "exec"), namespace)
+            return [pack(items, CAPACITY, namespace["priority"]) for items in instances]
+    except Exception:  # a candidate's failure is a category here, not a crash of the study
+        return None
+
+
+def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path | None) -> Counter:
+    train = train_instances(2, 1000)
+    base = packings(SEED, train)
+    assert base is not None
+    base_bins = sum(np.unique(a).size for a in base)
+    worker = MutatorWorker(config, base_dir=Path("."), seed=seed)
+    seen: set[str] = set()
+    out: Counter = Counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        checkout = Path(tmp) / "checkout"
+        for _ in range(edits):
+            shutil.rmtree(checkout, ignore_errors=True)
+            checkout.mkdir()
+            (checkout / "heuristic.py").write_text(SEED)
+            if probe_file is not None:
+                shutil.copy(probe_file, checkout / "probe.json")
+            worker.edit(checkout, "improve the priority function")
+            child = (checkout / "heuristic.py").read_text()
+            if child in seen:
+                out["repeat"] += 1
+                continue
+            seen.add(child)
+            got = packings(child, train)
+            if got is None:
+                out["crash"] += 1
+            elif all(np.array_equal(a, b) for a, b in zip(got, base)):
+                out["neutral"] += 1
+            else:
+                out["better" if sum(np.unique(a).size for a in got) < base_bins else "worse"] += 1
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--edits", type=int, default=800)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--probe", default="equal", choices=["off", "equal", "order"])
+    parser.add_argument("--probe-inputs", type=Path)
+    args = parser.parse_args()
+    config = MutatorWorker.Config(
+        type="mutator", probe=args.probe, probe_inputs="probe.json" if args.probe_inputs else None
+    )
+    got = shares(args.edits, args.seed, config, args.probe_inputs)
+    measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
+    print(
+        f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, seed {args.seed}: "
+        + ", ".join(f"{k} {got[k]}" for k in ("repeat", "neutral", "better", "worse", "crash"))
+        + f"; better per distinct edit {100 * got['better'] / max(measured, 1):.1f}%"
+    )
+
+
+if __name__ == "__main__":
+    main()

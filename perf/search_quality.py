@@ -1,0 +1,169 @@
+"""Quickstart search quality: figures of finished runs, and reference heuristics.
+
+For each run directory: the promoted heuristic, its excess on the generated Weibull dev split
+(5 instances x 5000 items, seeds apart from train; the split levers are chosen on), the test
+figures the run itself printed (OR1-4, Weibull 5k), admitted candidates, duplicate declines and,
+when the runner's wrapper left ``wall.txt`` beside the run (``seconds load1 load5 load15``), the
+wall time and load average.
+
+With ``--references``: first fit, best fit and Sum-of-Squares packed in-process on dev and test.
+Sum-of-Squares (Csirik et al.) keeps a count of bins per gap size and puts each item where the
+sum of squared counts grows least: it keeps state across items, so it is not expressible in the
+``priority(item, bins)`` template and is shown as a reference only.
+
+    .venv/bin/python perf/search_quality.py --references runs/qs-1 runs/qs-2 ...
+
+``--write-probe targets/binpack_bestfit/probe.json`` writes the example inputs the quickstart's
+mutator probes edits with (``probe_cases``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
+from benchmarks.binpack.online import best_fit, first_fit, l1_bound, open_bins, pack, place
+from rsi.benchmark import Task
+from rsi.records import RunRecords
+
+PROBE_SEED = 40_000  # the probe instance; train draws from 30_000 + i, dev from 31_000 + i
+
+
+def excess(tasks: list[Task], assign) -> float:
+    """Percent excess bins over L1, ratio of means over ``tasks``; ``assign(items, capacity)``."""
+    used = sum(np.unique(assign(t.input["items"], t.input["capacity"])).size for t in tasks)
+    bound = sum(l1_bound(t.input["items"], t.input["capacity"]) for t in tasks)
+    return 100.0 * (used - bound) / bound
+
+
+def sum_of_squares(items: list[int], capacity: int) -> np.ndarray:
+    """Online Sum-of-Squares: minimise sum_g N(g)^2 over partial bins by gap g (ties: the
+    smallest resulting gap, then the earliest bin)."""
+    count = np.zeros(capacity + 1, dtype=np.int64)  # partial bins by gap, 0 < gap < capacity
+    by_gap: dict[int, list[int]] = {}
+    assignment = np.empty(len(items), dtype=np.int64)
+    opened = 0
+    for i, s in enumerate(items):
+        best, best_key = capacity, None
+        for g in [capacity, *np.nonzero(count[s:capacity])[0] + s]:
+            g = int(g)
+            delta = 0 if g == capacity else 1 - 2 * int(count[g])
+            rest = g - s
+            delta += 0 if rest == 0 else 1 + 2 * int(count[rest])
+            key = (delta, rest)
+            if best_key is None or key < best_key:
+                best, best_key = g, key
+        if best == capacity:
+            b = opened
+            opened += 1
+        else:
+            b = min(by_gap[best])
+            by_gap[best].remove(b)
+            count[best] -= 1
+        rest = best - s
+        if rest > 0:
+            count[rest] += 1
+            by_gap.setdefault(rest, []).append(b)
+        assignment[i] = b
+    return assignment
+
+
+def dev_tasks() -> list[Task]:
+    return generated("weibull", "dev")
+
+
+def priority_of(source: str):
+    namespace: dict = {}
+    exec(compile(source, "heuristic.py", "exec"), namespace)
+    return namespace["priority"]
+
+
+def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> list[dict]:
+    """Example inputs of ``priority`` for the mutator's probe, recorded while best fit packs one
+    generated Weibull instance (its own seed, apart from train and dev): every ``every``-th item
+    whose fitting bins hold at least 3 distinct residuals, with those residuals (distinct, sorted:
+    a repeat changes no comparison)."""
+    items = sample_items("weibull", np.random.default_rng(seed), 5000).tolist()
+    bins, cases = open_bins(100, len(items)), list[dict]()
+    for i, item in enumerate(items):
+        distinct = sorted({int(b) for b in bins[bins >= item]})
+        if i % every == every // 2 and len(distinct) >= 3 and len(cases) < limit:
+            cases.append({"item": int(item), "bins": distinct})
+        place(bins, item, best_fit)
+    return cases
+
+
+def run_row(run_dir: Path) -> dict:
+    records = RunRecords.open(str(run_dir))
+    summary = json.loads((run_dir / "summary.json").read_text())
+    decisions = [json.loads(line) for line in (run_dir / "decisions.jsonl").read_text().splitlines()]
+    source = records.get_snapshot(summary["snapshot_id"]).text("heuristic.py")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        dev = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    row = {
+        "run": run_dir.name,
+        "test": {r["dataset"]: r["excess_pct"] for r in summary.get("test_report", [])},
+        "dev_weibull": dev,
+        "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
+        "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
+        "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
+        "heuristic": source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip(),
+    }
+    wall = run_dir / "wall.txt"
+    if wall.exists():
+        seconds, *load = wall.read_text().split()
+        row["wall_s"], row["load"] = float(seconds), " ".join(load)
+    return row
+
+
+def references() -> list[tuple[str, dict]]:
+    test = {name: load_test_set(name) for name in TEST_SETS}
+    out = []
+    for name, assign in (
+        ("first fit", lambda items, cap: pack(items, cap, first_fit)),
+        ("best fit", lambda items, cap: pack(items, cap, best_fit)),
+        ("Sum-of-Squares (keeps state; not expressible in the priority template)", sum_of_squares),
+    ):
+        figures = {"dev_weibull": excess(dev_tasks(), assign)}
+        figures.update({ds: excess(tasks, assign) for ds, tasks in test.items()})
+        out.append((name, figures))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("runs", nargs="*", type=Path)
+    parser.add_argument("--references", action="store_true")
+    parser.add_argument("--write-probe", type=Path, help="write the mutator's probe inputs (JSON) there and stop")
+    args = parser.parse_args()
+    if args.write_probe:
+        args.write_probe.write_text(json.dumps(probe_cases()) + "\n")
+        return
+    cols = [*TEST_SETS]
+    print("| run | dev Weibull (generated) | " + " | ".join(cols) + " | admitted | duplicates declined | wall | load |")
+    print("| --- " * (len(cols) + 6) + "|")
+    for run_dir in args.runs:
+        r = run_row(run_dir)
+        test = " | ".join(f"{r['test'].get(c, float('nan')):.2f}" for c in cols)
+        wall = f"{r['wall_s']:.0f} s" if "wall_s" in r else ""
+        print(
+            f"| {r['run']} | {r['dev_weibull']:.2f} | {test} | {r['admitted']} of {r['confirms']} confirmed "
+            f"| {r['duplicates']} | {wall} | {r.get('load', '')} |",
+            flush=True,
+        )
+    for r in map(run_row, args.runs):
+        print(f"{r['run']}: {r['heuristic']}")
+    if args.references:
+        for name, figures in references():
+            test = " | ".join(f"{figures[c]:.2f}" for c in cols)
+            print(f"| {name} | {figures['dev_weibull']:.2f} | {test} | | | | |", flush=True)
+
+
+if __name__ == "__main__":
+    main()

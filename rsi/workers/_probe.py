@@ -1,0 +1,216 @@
+"""A cheap probe of whether an edit changes what a marked function computes.
+
+The offline mutator calls a parent and a child version of a function on a few synthetic inputs
+and compares the results. An edit that gives the same results (``equal``), or results in the
+same order (``order``: every pair of elements, and every pair of probe calls, compares the same
+way, so a ranking or an argmax of them is unchanged), is neutral: the mutator draws again
+instead of spending a measurement on it.
+
+Only pure expression functions are probed: assignments to plain names and ``return`` over the
+arguments, numeric literals, arithmetic, comparisons, ``where``-style selections and elementwise
+numpy/math calls. Anything else (loops, other calls, attribute reads, strings, containers, big
+integer powers) is not run at all and counts as "changed", so the probe never executes code that
+could loop, allocate without bound or reach outside the function.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import math
+import warnings
+from typing import Literal
+
+import numpy as np
+
+from rsi.workers._pyedit import Function, ModuleNames, clone
+
+ProbeMode = Literal["off", "equal", "order"]
+
+NUMPY_CALLS = frozenset(
+    {
+        "abs", "absolute", "arctan", "cbrt", "ceil", "clip", "cos", "exp", "expm1", "fabs", "floor", "log",
+        "log1p", "log2", "log10", "maximum", "minimum", "negative", "power", "reciprocal", "sign", "sin",
+        "sqrt", "square", "tanh", "where",
+    }
+)  # fmt: skip
+MATH_CALLS = frozenset(
+    {"atan", "ceil", "cos", "exp", "expm1", "fabs", "floor", "log", "log1p", "log2", "log10", "sin", "sqrt", "tanh"}
+)
+BUILTIN_CALLS = frozenset({"abs", "min", "max"})
+OPERATORS = (ast.Add, ast.Sub, ast.Mult, ast.Div, ast.FloorDiv, ast.Mod, ast.Pow, ast.BitAnd, ast.BitOr)
+EXPRESSIONS = (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.BoolOp, ast.IfExp, ast.Call)
+CONTEXT = (ast.Load, ast.Store, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
+CASES = 8  # probe calls
+LENGTH = 16  # elements of a probe array
+
+
+def is_pure(fn: Function, names: ModuleNames) -> bool:
+    """Whether ``fn`` is a pure expression function the probe may run (see the module doc)."""
+    args = fn.args
+    if args.vararg or args.kwarg or args.posonlyargs or args.kwonlyargs or not args.args:
+        return False
+    allowed = {a.arg for a in args.args} | {n for n in (names.numpy, names.math) if n}
+    body = fn.body[1:] if _docstring(fn) else fn.body
+    if not body or not isinstance(body[-1], ast.Return) or body[-1].value is None:
+        return False
+    for stmt in body:
+        if isinstance(stmt, ast.Assign) and all(isinstance(t, ast.Name) for t in stmt.targets):
+            value = stmt.value
+        elif isinstance(stmt, ast.Return) and stmt.value is not None:
+            value = stmt.value
+        else:
+            return False
+        if not _pure_expr(value, allowed, names):
+            return False
+        if isinstance(stmt, ast.Assign):
+            allowed |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    return True
+
+
+def _docstring(fn: Function) -> bool:
+    first = fn.body[0]
+    return isinstance(first, ast.Expr) and isinstance(getattr(first, "value", None), ast.Constant)
+
+
+def _pure_expr(node: ast.expr, allowed: set[str], names: ModuleNames) -> bool:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Call):
+            if sub.keywords or not _allowed_call(sub.func, names):
+                return False
+        elif isinstance(sub, ast.Attribute):
+            continue  # only as a call's function, checked with the call
+        elif isinstance(sub, ast.Name):
+            if sub.id not in allowed and sub.id not in BUILTIN_CALLS:
+                return False
+        elif isinstance(sub, ast.Constant):
+            if isinstance(sub.value, bool) or not isinstance(sub.value, (int, float)):
+                return False
+        elif isinstance(sub, ast.BinOp):
+            if not isinstance(sub.op, OPERATORS):
+                return False
+            if isinstance(sub.op, ast.Pow) and isinstance(sub.right, ast.Constant) and isinstance(sub.right.value, int):
+                if abs(sub.right.value) > 64:
+                    return False  # an integer power of an integer literal could be astronomically long
+        elif not isinstance(sub, EXPRESSIONS + CONTEXT):
+            return False
+    # Attributes are allowed only as the function of a checked call.
+    calls = {id(c.func) for c in ast.walk(node) if isinstance(c, ast.Call)}
+    return all(id(a) in calls for a in ast.walk(node) if isinstance(a, ast.Attribute))
+
+
+def _allowed_call(func: ast.expr, names: ModuleNames) -> bool:
+    if isinstance(func, ast.Name):
+        return func.id in BUILTIN_CALLS
+    if isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name):
+        if names.numpy and func.value.id == names.numpy:
+            return func.attr in NUMPY_CALLS
+        if names.math and func.value.id == names.math:
+            return func.attr in MATH_CALLS
+    return False
+
+
+def load_cases(data: object) -> list[dict]:
+    """Example argument sets from parsed JSON: a list of objects mapping each argument name to a
+    number or a list of numbers (an array). Anything else is left out."""
+    cases = []
+    for entry in data if isinstance(data, list) else []:
+        if not isinstance(entry, dict) or not entry:
+            continue
+        case: dict[str, float | np.ndarray] = {}
+        for name, value in entry.items():
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                case[str(name)] = value
+            elif isinstance(value, list) and value and all(isinstance(v, (int, float)) for v in value):
+                case[str(name)] = np.asarray(value)
+            else:
+                break
+        else:
+            cases.append(case)
+    return cases[:64]
+
+
+def probe_inputs(fn: Function, scalars: set[str], scale: float, seed: int = 0) -> list[dict]:
+    """``CASES`` argument sets: scalars one number, other arguments arrays of ``LENGTH``, values
+    spread over [0, 3 * scale] (a fixed draw: the same inputs for parent and child)."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    for _ in range(CASES):
+        case: dict[str, float | np.ndarray] = {}
+        for a in fn.args.args:
+            if a.arg in scalars:
+                case[a.arg] = float(rng.uniform(0, 3 * scale))
+            else:
+                case[a.arg] = rng.uniform(0, 3 * scale, size=LENGTH)
+        cases.append(case)
+    return cases
+
+
+def _run(fn: Function, names: ModuleNames, cases: list[dict]) -> list[np.ndarray] | None:
+    namespace: dict = {"__builtins__": {n: getattr(builtins, n) for n in BUILTIN_CALLS}}
+    if names.numpy:
+        namespace[names.numpy] = np
+    if names.math:
+        namespace[names.math] = math
+    module = ast.Module(body=[_bare(fn)], type_ignores=[])
+    try:
+        exec(compile(ast.fix_missing_locations(module), "<probe>", "exec"), namespace)
+        func = namespace[fn.name]
+        out = []
+        with warnings.catch_warnings(), np.errstate(all="ignore"):
+            warnings.simplefilter("ignore")
+            for case in cases:
+                out.append(np.asarray(func(**case), dtype=float))
+        return out
+    except Exception:  # noqa: BLE001 - a probe that cannot run decides nothing
+        return None
+
+
+def _bare(fn: Function) -> Function:
+    """The function without decorators or annotations: nothing outside its body is evaluated."""
+    bare = clone(fn)
+    bare.decorator_list, bare.returns = [], None
+    bare.args = ast.arguments(
+        posonlyargs=[], args=[ast.arg(a.arg) for a in fn.args.args], kwonlyargs=[], kw_defaults=[], defaults=[]
+    )
+    return bare
+
+
+def neutral(
+    parent: Function,
+    child: Function,
+    names: ModuleNames,
+    scalars: set[str],
+    scale: float,
+    mode: ProbeMode,
+    cases: list[dict] | None = None,
+) -> bool:
+    """Whether ``child`` computes what ``parent`` does on the probe (``mode``); False whenever
+    either is not a pure expression function or fails on the probe. ``cases``: argument sets to
+    call with (example inputs of the function); default the synthetic ``probe_inputs``."""
+    if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
+        return False
+    if cases is not None:
+        wanted = {a.arg for a in parent.args.args}
+        cases = [c for c in cases if set(c) == wanted]
+    if not cases:
+        cases = probe_inputs(parent, scalars, scale)
+    a, b = _run(parent, names, cases), _run(child, names, cases)
+    if a is None or b is None:
+        return False
+    if any(x.shape != y.shape for x, y in zip(a, b)):
+        return False
+    if all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b)):
+        return True
+    if mode != "order":
+        return False
+    if all(x.ndim == 0 for x in a):  # one number per call: compare the calls with each other
+        a, b = [np.array([float(x) for x in a])], [np.array([float(y) for y in b])]
+    return all(np.array_equal(_pairwise(x), _pairwise(y), equal_nan=True) for x, y in zip(a, b))
+
+
+def _pairwise(values: np.ndarray) -> np.ndarray:
+    """Sign of every pairwise difference: the order of the elements, ties included."""
+    flat = values.reshape(-1)
+    with np.errstate(all="ignore"):
+        return np.sign(flat[:, None] - flat[None, :])
