@@ -71,6 +71,11 @@ class SlowModel:
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
 
+def ask_model(url: str, task) -> None:
+    with urllib.request.urlopen(f"{url}/?task={task.task_id}", timeout=120) as reply:
+        reply.read()
+
+
 class WaitingTarget(Target):
     """One model call per rollout, nothing else: all of its time is waiting."""
 
@@ -81,8 +86,7 @@ class WaitingTarget(Target):
         self.url = url
 
     def run(self, workdir, task, trial, sample_seed) -> RolloutResult:
-        with urllib.request.urlopen(f"{self.url}/?task={task.task_id}", timeout=120) as reply:
-            reply.read()
+        ask_model(self.url, task)
         return RolloutResult(1.0, "ok", 0.0, {})
 
 
@@ -94,8 +98,7 @@ class WaitingProgramTarget(ProgramTarget):
         self.url = url
 
     def run(self, workdir, task, trial, sample_seed) -> RolloutResult:
-        with urllib.request.urlopen(f"{self.url}/?task={task.task_id}", timeout=120) as reply:
-            reply.read()
+        ask_model(self.url, task)
         return super().run(workdir, task, trial, sample_seed)
 
 
