@@ -160,11 +160,12 @@ class WorkerPool:
     def ask(self, i: int, prompt: str) -> tuple[str, dict]:
         return ray.get(self.actors[i % len(self.actors)].ask.remote(prompt))
 
-    def ask_many(self, prompts: Sequence[str]) -> list[tuple[str, dict]]:
-        """Round-robin over the actors, each answering one call at a time (so at most
-        ``replicas`` are in flight); replies in prompt order, whatever order they finish in.
-        A failed call raises here."""
-        refs = [self.actors[i % len(self.actors)].ask.remote(p) for i, p in enumerate(prompts)]
+    def ask_many(self, prompts: Sequence[str], replicas: Sequence[int] | None = None) -> list[tuple[str, dict]]:
+        """Prompt ``k`` to actor ``replicas[k]`` (default: round-robin), each actor answering one
+        call at a time (so at most ``replicas`` are in flight); replies in prompt order, whatever
+        order they finish in. A failed call raises here."""
+        at = list(replicas) if replicas is not None else list(range(len(prompts)))
+        refs = [self.actors[i % len(self.actors)].ask.remote(p) for i, p in zip(at, prompts)]
         return ray.get(refs)
 
     @contextlib.contextmanager

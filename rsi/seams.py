@@ -89,8 +89,11 @@ class Proposers(Protocol):
         """A text reply and the replica's usage so far."""
         ...
 
-    def ask_many(self, prompts: Sequence[str]) -> list[tuple[str, dict[str, Any]]]:
-        """Several ``ask`` calls at once; replies in prompt order."""
+    def ask_many(
+        self, prompts: Sequence[str], replicas: Sequence[int] | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Several ``ask`` calls at once (prompt ``k`` to replica ``replicas[k]``, else ``k``);
+        replies in prompt order."""
         ...
 
     def session(self, i: int, parent: Snapshot) -> AbstractContextManager[ProposerSession]:

@@ -88,6 +88,7 @@ class DarwinX(Algorithm):
         self.promotion = resolve_slot("promotion", policies.get("promotion"))
         self.train_ids = ctx.evaluator.split_ids("train")
         self.archive: list[Candidate] = []
+        self._distil_queue: list[tuple[Proposal, str]] = []  # candidates awaiting their distil reply
         self.declined: list[dict] = []
         self.tried_pairs: set[tuple[str, str]] = set()
 
@@ -211,6 +212,7 @@ class DarwinX(Algorithm):
         confirms = self._measure_all(passed, "confirm", lambda p: None, self.p.confirm_samples)
         for p in passed:
             self._confirm(p, *confirms[p.step])
+        self._archive_queued()
 
     def finish(self) -> Snapshot:
         members = [c.member() for c in self.archive]
@@ -393,6 +395,9 @@ class DarwinX(Algorithm):
         return child
 
     def _archive(self, p: Proposal, improved: list, regressed: list, lost: list | None = None) -> None:
+        """Queue ``p`` for the archive with its distil question; ``_archive_queued`` asks the
+        round's questions at once (one model latency, not one per candidate) and appends the
+        candidates in the order they were queued."""
         c = p.committed
         prompt = render(
             _prompts.DISTIL,
@@ -406,10 +411,19 @@ class DarwinX(Algorithm):
             regressed=regressed or "none",
         )
         self.record_prompt("distil", prompt, step=p.step)
-        c.learning, _usage = self.workers.ask(p.step, prompt)
-        self.archive.append(c)
-        c.index = len(self.archive) - 1
-        self.ctx.archive.append(c.record())
+        self._distil_queue.append((p, prompt))
+
+    def _archive_queued(self) -> None:
+        queued, self._distil_queue = self._distil_queue, []
+        if not queued:
+            return
+        replies = self.workers.ask_many([prompt for _, prompt in queued], replicas=[p.step for p, _ in queued])
+        for (p, _), (learning, _usage) in zip(queued, replies):
+            c = p.committed
+            c.learning = learning
+            self.archive.append(c)
+            c.index = len(self.archive) - 1
+            self.ctx.archive.append(c.record())
 
     def _means(self, table) -> dict[str, float]:
         return ScoreMatrix.from_table(table).avg_at_k()
