@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ctypes
+import gzip
 import json
 import os
 import resource
@@ -273,13 +274,13 @@ def rsi_records(run_dir: Path) -> dict:
         t = pq.read_table(f, columns=["duration_s"])
         calls.append((int(n), int(ts) / 1e9, sum(t.column("duration_s").to_pylist()), t.num_rows))
     calls.sort()
-    batches = []
-    import gzip
-
+    batches, nodes = [], {}
     for f in (run_dir / "traces").glob("*-train-*.jsonl.gz"):
         with gzip.open(f, "rt") as fh:
             for line in fh:
-                b = json.loads(line).get("batch") or {}
+                row = json.loads(line)
+                nodes[row.get("node_id")] = nodes.get(row.get("node_id"), 0) + 1
+                b = row.get("batch") or {}
                 if "sized_at" in b and "returned_at" in b:
                     batches.append((b["sized_at"], b["returned_at"]))
     return {
@@ -292,6 +293,7 @@ def rsi_records(run_dir: Path) -> dict:
         "first_candidate_end": calls[1][1] if len(calls) > 1 else None,
         "last_eval_end": calls[-1][1] if calls else None,
         "best": promote.get("train_mean"),
+        "rollouts_per_node": sorted(nodes.values(), reverse=True),
     }
 
 
@@ -320,6 +322,9 @@ def run_one(system: str, latency: float, args, out: Path, cluster: bool = False)
         if system == "rsi":
             address = "local"
             if cluster:
+                # The agent replicas run on the nodes, in the nodes' environment: the variable
+                # named by api_key_env has to be there (it is not forwarded from the driver).
+                os.environ[KEY_ENV] = "fixed-latency"
                 sys.path.insert(0, str(REPO / "tests"))
                 from _cluster import LocalCluster  # the test suite's loopback cluster
 
@@ -381,6 +386,7 @@ def run_one(system: str, latency: float, args, out: Path, cluster: bool = False)
         raise SystemExit(f"{label}: exit {rc}\n{tail}")
     rec = rsi_records(run_dir) if system == "rsi" else openevolve_records(eval_log)
     requests = [r for r in model.log if r["system"] == system]
+    (work / "requests.jsonl").write_text("".join(json.dumps(r) + "\n" for r in model.log))
     model_iv = [(r["start"], r["end"]) for r in requests]
     search_end = max([rec["last_eval_end"] or t0] + [b for _, b in model_iv])
     wall = search_end - t0
@@ -399,6 +405,7 @@ def run_one(system: str, latency: float, args, out: Path, cluster: bool = False)
         "best_train_score": rec["best"],
         "declined_edits": rec.get("declined_edits", 0),
         "confirmed": rec.get("confirmed"),
+        "rollouts_per_node": rec.get("rollouts_per_node"),
         "search_wall_s": wall,
         "process_wall_s": t_exit - t0,
         "per_min": 60 * rec["candidates"] / wall if wall > 0 else 0.0,
@@ -433,6 +440,7 @@ ROWS = [
     ("time to first model request s", "first_request_s", "{:.1f}"),
     ("time to first evaluated candidate s", "first_candidate_s", "{:.1f}"),
     ("CPU s (whole process tree)", "cpu_s", "{:.1f}"),
+    ("CPU s per candidate", "cpu_per_candidate", "{:.2f}"),
     ("CPU utilisation (CPU s / process wall / cores)", "cpu_util", "{:.0%}"),
     ("driver peak RSS MiB", "driver_peak_mib", "{:.0f}"),
     ("process tree peak RSS MiB (sampled)", "tree_peak_mib", "{:.0f}"),
@@ -443,6 +451,7 @@ ROWS = [
     ("search wall: model only / both / eval only / neither", None, None),
     ("evaluation s per candidate (summed)", "eval_s_per_candidate", "{:.2f}"),
     ("best train score", "best_train_score", "{:.4f}"),
+    ("train rollouts per Ray node", "rollouts_per_node", "list"),
 ]
 
 
@@ -450,11 +459,18 @@ def fmt(r: dict, key: str | None, spec: str | None) -> str:
     if key is None:
         return " / ".join(f"{r[k]:.0%}" for k in ("model_only", "both", "eval_only", "neither"))
     v = r.get(key)
-    return "n/a" if v is None else spec.format(v)
+    if v is None:
+        return "n/a"
+    return " + ".join(str(x) for x in v) if spec == "list" else spec.format(v)
 
 
 def ratio(a: dict, b: dict, key: str | None) -> str:
-    if key is None or not isinstance(a.get(key), (int, float)) or not b.get(key):
+    if (
+        key is None
+        or not isinstance(a.get(key), (int, float))
+        or not isinstance(b.get(key), (int, float))
+        or not b[key]
+    ):
         return ""
     if key in ("model_busy", "eval_busy", "best_train_score", "candidates", "model_requests"):
         return ""
@@ -463,6 +479,8 @@ def ratio(a: dict, b: dict, key: str | None) -> str:
 
 def table(results: list[dict]) -> str:
     lines = []
+    for r in results:
+        r.setdefault("cpu_per_candidate", r["cpu_s"] / max(1, r["candidates"]))
     for lat in sorted({r["latency_s"] for r in results}):
         group = [r for r in results if r["latency_s"] == lat]
         names = [r["label"] for r in group]
@@ -499,7 +517,11 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--cluster-cpus", type=int, default=1, help="CPUs each cluster node advertises")
     ap.add_argument("--timeout", type=float, default=1800, help="per run, seconds")
     ap.add_argument("--out", type=Path, default=None, help="default runs/peer-openevolve-<utc time>")
+    ap.add_argument("--table", type=Path, default=None, help="only print the table of an earlier results.json")
     args = ap.parse_args(argv)
+    if args.table:
+        print(table(json.loads(args.table.read_text())))
+        return
     out = args.out or REPO / "runs" / f"peer-openevolve-{datetime.now(timezone.utc):%Y%m%dT%H%M%S}"
     out.mkdir(parents=True, exist_ok=True)
     become_subreaper()
