@@ -2,7 +2,8 @@
 
 For each run directory: the promoted heuristic, its excess on the generated Weibull dev split
 (5 instances x 5000 items, seeds apart from train; the split levers are chosen on), the test
-figures the run itself printed (OR1-4, Weibull 5k), admitted candidates, duplicate declines and,
+figures the run itself printed (OR1-4, Weibull 5k), admitted candidates, duplicate declines, screen
+passes not confirmed as twins of a measured version, confirms under the gain ratio and,
 when the runner's wrapper left ``wall.txt`` beside the run (``seconds load1 load5 load15``), the
 wall time and load average.
 
@@ -113,6 +114,8 @@ def run_row(run_dir: Path) -> dict:
         "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
         "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
         "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
+        "twins": sum(1 for d in decisions if d.get("reason_code") == "screen_matches_known"),
+        "below_ratio": sum(1 for d in decisions if d.get("reason_code") == "gain_below_ratio"),
         "heuristic": source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip(),
     }
     wall = run_dir / "wall.txt"
@@ -146,15 +149,19 @@ def main() -> None:
         args.write_probe.write_text(json.dumps(probe_cases()) + "\n")
         return
     cols = [*TEST_SETS]
-    print("| run | dev Weibull (generated) | " + " | ".join(cols) + " | admitted | duplicates declined | wall | load |")
-    print("| --- " * (len(cols) + 6) + "|")
+    print(
+        "| run | dev Weibull (generated) | "
+        + " | ".join(cols)
+        + " | admitted | duplicates declined | twins not confirmed | under gain ratio | wall | load |"
+    )
+    print("| --- " * (len(cols) + 8) + "|")
     for run_dir in args.runs:
         r = run_row(run_dir)
         test = " | ".join(f"{r['test'].get(c, float('nan')):.2f}" for c in cols)
         wall = f"{r['wall_s']:.0f} s" if "wall_s" in r else ""
         print(
             f"| {r['run']} | {r['dev_weibull']:.2f} | {test} | {r['admitted']} of {r['confirms']} confirmed "
-            f"| {r['duplicates']} | {wall} | {r.get('load', '')} |",
+            f"| {r['duplicates']} | {r['twins']} | {r['below_ratio']} | {wall} | {r.get('load', '')} |",
             flush=True,
         )
     for r in map(run_row, args.runs):
@@ -162,7 +169,7 @@ def main() -> None:
     if args.references:
         for name, figures in references():
             test = " | ".join(f"{figures[c]:.2f}" for c in cols)
-            print(f"| {name} | {figures['dev_weibull']:.2f} | {test} | | | | |", flush=True)
+            print(f"| {name} | {figures['dev_weibull']:.2f} | {test} | | | | | | |", flush=True)
 
 
 if __name__ == "__main__":

@@ -394,3 +394,49 @@ def test_an_edit_leaving_a_symlink_out_of_the_checkout_is_a_decline(tmp_path, ra
     assert "points outside the tree" in decline["detail"]
     assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(2, True)]
     assert summary["snapshot_id"] == of(decisions, "confirm")[0]["snapshot_id"]
+
+
+def test_gain_must_exceed_the_regression_by_the_ratio(tmp_path, ray_session):
+    """Tolerance 0.2 allows both trades; ratio 2 admits only the one whose gain (0.3) is at least
+    twice its regression (0.1), not the lateral one (gain 0.05 for a regression of 0.1)."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "vL": {"t1": 0.65, "t2": 0.4, "t3": 0.5},
+        "vG": {"t1": 0.9, "t2": 0.4, "t3": 0.5}}}
+    params = {"max_steps": 2, "merge_every": 0, "exploration_probability": 0.0, "regression_tolerance": 0.2}
+    decisions, _, _ = run(scenario(tmp_path / "ratio", table, [version("vL"), version("vG")],
+                                   {**params, "regression_gain_ratio": 2.0}))
+    assert [(d["step"], d["accepted"], d["reason_code"], d["parent_id"] == decisions[0]["snapshot_id"])
+            for d in of(decisions, "confirm")] == [
+        (1, False, "gain_below_ratio", True), (2, True, "admitted", True)]
+    assert of(decisions, "confirm")[0]["reason"] == "gain under 2 x regression"
+
+    decisions, _, _ = run(scenario(tmp_path / "off", table, [version("vL"), version("vG")], params))
+    assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(1, True), (2, True)]
+
+
+def test_a_child_that_screens_exactly_as_a_measured_version_is_not_confirmed(tmp_path, ray_session):
+    """vT trades t2 for t1 and is admitted (tolerance 0.2); its child vB undoes the trade and
+    scores exactly as the seed: it passes the screen against vT (t2 improves, regression 0.4 within
+    the screen tolerance 1) but is declined as the seed's twin, without a confirm. Off, it is
+    confirmed and rejected for its regression."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "vT": {"t1": 0.9, "t2": 0.4, "t3": 0.5},
+        "vB": {"t1": 0.5, "t2": 0.5, "t3": 0.5}}}
+    params = {"max_steps": 2, "merge_every": 0, "exploration_probability": 0.0, "regression_tolerance": 0.2}
+    edits = [version("vT"), version("vB")]
+    decisions, _, records = run(scenario(tmp_path / "on", table, edits, {**params, "decline_known_screens": True}))
+    seed_id = decisions[0]["snapshot_id"]
+    first, second = of(decisions, "screen")
+    assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(1, True)]
+    assert (second["step"], second["parent_id"], second["accepted"], second["reason_code"]) == \
+        (2, first["snapshot_id"], False, "screen_matches_known")
+    assert second["reason"] == f"screen scores equal those of {seed_id}, already measured"
+    assert second["regression_mass"] == pytest.approx(0.4) and second["gain"] == pytest.approx(-0.3)
+    rows = records.rollouts()
+    assert Counter(rows["snapshot_id"].to_pylist())[second["snapshot_id"]] == 3, "screened, never confirmed"
+
+    decisions, _, _ = run(scenario(tmp_path / "off", table, edits, params))
+    assert [(d["step"], d["accepted"], d["reason_code"]) for d in of(decisions, "confirm")] == [
+        (1, True, "admitted"), (2, False, "regression_over_tolerance")]

@@ -26,7 +26,7 @@ from algorithms.darwinx import _prompts
 from algorithms.darwinx.candidate import Candidate, common_ancestor
 from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
 from algorithms.darwinx.params import DarwinXParams
-from algorithms.slots import ExploreOrBestLineage, build_rule, resolve_slot
+from algorithms.slots import TOLERANCE, ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
 from rsi.errors import ConfigError
@@ -186,6 +186,10 @@ class DarwinX(Algorithm):
             ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
             p.committed.screen_means, p.committed.level = cand, "screen"
             code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
+            twin = self._known_twin(p, cand) if ok and self.p.decline_known_screens else None
+            if twin is not None:
+                ok, code = False, "screen_matches_known"
+                reason = f"screen scores equal those of {twin.snapshot_id}, already measured"
             self.decide(
                 "screen",
                 p.committed.snapshot_id,
@@ -236,7 +240,11 @@ class DarwinX(Algorithm):
         figures = gate_figures(
             cand, primary, reference, inherited, self.p.solved_threshold, self.p.regression_tolerance
         )
-        admitted = self.acceptance.accept(figures)
+        passes_gate = self.acceptance.accept(figures)
+        below_ratio = figures.regression_mass > TOLERANCE and figures.gain < (
+            self.p.regression_gain_ratio * figures.regression_mass - TOLERANCE
+        )
+        admitted = passes_gate and not below_ratio
         c.level, c.means, c.admitted = "confirm", cand, admitted
         c.gain, c.regression_mass = figures.gain, figures.regression_mass
         c.solved = solved_set(cand, self.p.solved_threshold)
@@ -250,6 +258,8 @@ class DarwinX(Algorithm):
             if figures.lost_invariant
             else ("regression_over_tolerance", "regression over tolerance")
             if figures.regression_mass > self.p.regression_tolerance + 1e-12
+            else ("gain_below_ratio", f"gain under {self.p.regression_gain_ratio:g} x regression")
+            if passes_gate
             else ("no_gain", "no gain")
         )
         self.decide(
@@ -303,6 +313,18 @@ class DarwinX(Algorithm):
         return {k: (v[0], v[1], v[2], v[3]) if level == "confirm" else v[:3] for k, v in out.items()}
 
     # ---- pieces --------------------------------------------------------------------------
+    def _known_twin(self, p: Proposal, cand: dict[str, float]) -> Candidate | None:
+        """The first version measured on the whole pool (seed or confirm), other than the
+        proposal's parent and donor, with exactly the candidate's scores on every screen task:
+        the candidate returns to a known behaviour, a confirm would measure nothing new."""
+        skip = {p.parent.snapshot_id, p.donor.snapshot_id if p.donor else None}
+        for c in self.archive:
+            if c.snapshot_id in skip or c.level not in ("seed", "confirm"):
+                continue
+            if all(t in c.means and abs(c.means[t] - v) <= TOLERANCE for t, v in cand.items()):
+                return c
+        return None
+
     def _select_parent(self) -> Candidate:
         chosen = self.parent_selection.select([c.member() for c in self.archive], self.rng)
         return next(c for c in self.archive if c.snapshot_id == chosen.member_id)

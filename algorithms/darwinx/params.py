@@ -16,6 +16,17 @@ class DarwinXParams(AlgorithmParams):
     confirm_samples: int = Field(3, ge=1, description="repetitions per confirm task; at least screen_samples")
     screen_regression_tolerance: float = Field(1.0, ge=0, description="regression mass allowed at screen")
     regression_tolerance: float = Field(0.0, ge=0, description="regression mass allowed at confirm")
+    regression_gain_ratio: float = Field(
+        0.0,
+        ge=0,
+        description="a confirm that regresses is admitted only when its gain is at least this multiple of its "
+        "regression mass; 0 disables",
+    )
+    decline_known_screens: bool = Field(
+        False,
+        description="a candidate that passes the screen with the exact screen scores of a version already "
+        "measured (not its parent or donor) is not confirmed: it behaves as that version",
+    )
     solved_threshold: float = Field(1.0, gt=0, le=1, description="avg@k at which a task counts solved, in (0, 1]")
     exploration_probability: float = Field(0.5, ge=0, le=1, description="probability of a uniform parent choice")
     merge_every: int = Field(3, ge=0, description="recombination cadence in steps; 0 disables")
