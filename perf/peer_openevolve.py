@@ -48,6 +48,9 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # the test suite's cluster and process helpers
+
+from _cluster import descendants  # noqa: E402
 
 from perf.peer.model import VARIANTS, FixedLatencyModel  # noqa: E402
 
@@ -64,29 +67,6 @@ def become_subreaper() -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         print("warning: PR_SET_CHILD_SUBREAPER failed; CPU of orphaned processes may be missed", file=sys.stderr)
-
-
-def _children_map() -> dict[int, list[int]]:
-    out: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        ppid = int(stat.rsplit(")", 1)[1].split()[1])
-        out.setdefault(ppid, []).append(int(entry))
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    children, out, todo = _children_map(), [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
 
 
 def _kib(pid: int, field: str) -> int:
@@ -325,7 +305,6 @@ def run_one(system: str, latency: float, args, out: Path, cluster: bool = False)
                 # The agent replicas run on the nodes, in the nodes' environment: the variable
                 # named by api_key_env has to be there (it is not forwarded from the driver).
                 os.environ[KEY_ENV] = "fixed-latency"
-                sys.path.insert(0, str(REPO / "tests"))
                 from _cluster import LocalCluster  # the test suite's loopback cluster
 
                 nodes = LocalCluster(head_cpus=args.cluster_cpus)
