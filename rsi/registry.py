@@ -62,11 +62,17 @@ def algorithm_class(name: str):
 
 def benchmark_class(name: str):
     found = _load(BENCHMARKS, "benchmark", name, group="rsi.benchmarks")
-    if problem_ref(name) is not None:
-        from rsi.problem import ProblemBenchmark
+    if _is_benchmark(found):
+        return found
+    from rsi.problem import ProblemBenchmark  # an entry point naming a problem module
 
-        return ProblemBenchmark
-    return found
+    return ProblemBenchmark
+
+
+def _is_benchmark(found) -> bool:
+    from rsi.benchmark import Benchmark
+
+    return isinstance(found, type) and issubclass(found, Benchmark)
 
 
 def problem_ref(name: str | None) -> str | None:
@@ -77,10 +83,7 @@ def problem_ref(name: str | None) -> str | None:
     value = next((ep.value for ep in entry_points(group="rsi.benchmarks") if ep.name == name), None)
     if value is None:
         return None
-    found = _load({name: value}, "benchmark", name)
-    from rsi.benchmark import Benchmark
-
-    return None if isinstance(found, type) and issubclass(found, Benchmark) else value
+    return None if _is_benchmark(_load({name: value}, "benchmark", name)) else value
 
 
 def target_class(kind: str):
