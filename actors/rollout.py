@@ -55,10 +55,7 @@ _RESOLVED: dict = {}  # this worker process's deserialized targets, by object id
 
 def resolve_once(ref):
     """The object behind ``ref``, deserialized once per worker process: a target is the same
-    object for a whole run, and unpickling it for every batch cost more than the batch. A
-    non-ref (a direct call, a test) is returned as it is."""
-    if not isinstance(ref, ray.ObjectRef):
-        return ref
+    object for a whole run, and unpickling it for every batch cost more than the batch."""
     key = ref.hex()  # the id, not the ref: holding the ref would pin the object in the store
     if key not in _RESOLVED:
         if len(_RESOLVED) >= 8:  # a run has one target; a long-lived worker may serve several
