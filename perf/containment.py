@@ -2,14 +2,16 @@
 
 1. Per rollout: the same trivial program (JSON in, JSON out) and the same numpy-importing one,
    run (a) as a bare subprocess, (b) through the ``process`` backend (the sandbox before the
-   jail: rlimits, its own uid, a scrubbed environment) and (c) in the bubblewrap jail.
-   Target: the jail adds at most 20 ms per rollout over (b).
+   jail: rlimits, its own uid, a scrubbed environment), (c) in the bubblewrap jail and, where a
+   Docker engine answers, (d) in the docker jail (a container per rollout).
+   Target: the bubblewrap jail adds at most 20 ms per rollout over (b).
 2. Bin packing on Weibull 5k (5 instances of 5,000 items): the one-shot skeleton as it ran before
    the jail (the whole instance on stdin, ``process`` backend) against the online lockstep harness
    in the jail (one item revealed per decision). Target: within 3x; the cost per item is printed.
 
 Rounds interleave the variants so a busy machine slows all of them alike; the table reports the
-median over rounds. Run: ``python perf/containment.py [--rounds N]``.
+median over rounds. Run: ``python perf/containment.py [--rounds N]`` (``DOCKER_HOST`` names the
+engine for the docker rows; without one they are left out).
 """
 
 from __future__ import annotations
@@ -31,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from benchmarks.binpack import BinPack, BinPackParams  # noqa: E402
 from benchmarks.binpack.instances import load_test_set  # noqa: E402
 from benchmarks.binpack.lockstep import PackingDialogue  # noqa: E402
-from rsi.sandbox import Limits, run_program  # noqa: E402
+from rsi.errors import ConfigError  # noqa: E402
+from rsi.sandbox import Limits, check_backend, run_program  # noqa: E402
 
 TRIVIAL = "import json, sys\njson.load(sys.stdin)\nprint('{}')\n"
 NUMPY = (
@@ -67,7 +70,16 @@ def timed(fn) -> float:
     return time.perf_counter() - t
 
 
-def per_rollout(rounds: int) -> list[tuple[str, float, float, float]]:
+def docker_answers() -> bool:
+    try:
+        check_backend("docker")
+        return True
+    except ConfigError as exc:
+        print(f"docker rows left out: {exc}")
+        return False
+
+
+def per_rollout(rounds: int, docker: bool) -> list[tuple[str, dict[str, float]]]:
     rows = []
     for label, body in (("trivial program", TRIVIAL), ("numpy import", NUMPY)):
         work = checkout(body)
@@ -80,25 +92,25 @@ def per_rollout(rounds: int) -> list[tuple[str, float, float, float]]:
             out = run_program(argv, work, {}, Limits(backend=backend))
             assert out.status == "ok", out.reason
 
-        times = {"bare": [], "process": [], "bwrap": []}
+        times: dict[str, list[float]] = {"bare": [], "process": [], "bwrap": [], "docker": []}
         for _ in range(rounds):
             times["bare"].append(timed(bare))
-            times["process"].append(timed(lambda: boxed("process")))
-            times["bwrap"].append(timed(lambda: boxed("bwrap")))
-        med = {k: statistics.median(v) * 1000 for k, v in times.items()}
-        rows.append((label, med["bare"], med["process"], med["bwrap"]))
+            for backend in ("process", "bwrap", "docker") if docker else ("process", "bwrap"):
+                times[backend].append(timed(lambda: boxed(backend)))
+        rows.append((label, {k: statistics.median(v) * 1000 for k, v in times.items() if v}))
         shutil.rmtree(work, ignore_errors=True)
     return rows
 
 
-def binpack(rounds: int, instances: int) -> tuple[float, float, int]:
+def binpack(rounds: int, instances: int, docker: bool) -> tuple[float, dict[str, float], int]:
     bench = BinPack(BinPackParams(name="binpack"))
     tasks = load_test_set("Weibull 5k")[:instances]
     heuristic = (REPO / "targets" / "binpack_bestfit" / "heuristic.py").read_text()
     old = checkout(ONE_SHOT_SKELETON, "skeleton.py")
     shutil.copy(REPO / "benchmarks" / "binpack" / "online.py", old / "online.py")
     work = checkout(heuristic, "heuristic.py")
-    old_t, new_t = [], []
+    old_t: list[float] = []
+    new_t: dict[str, list[float]] = {"bwrap": [], "docker": []}
     for _ in range(rounds):
         for task in tasks:
 
@@ -111,21 +123,22 @@ def binpack(rounds: int, instances: int) -> tuple[float, float, int]:
                 )
                 assert out.status == "ok", out.reason
 
-            def lockstep():
+            def lockstep(backend):
                 out = run_program(
                     [sys.executable, str(bench.harness.resolve())],
                     work,
                     None,
-                    Limits(backend="bwrap", timeout_s=300),
+                    Limits(backend=backend, timeout_s=300),
                     harness=bench.harness_mounts(),
                     dialogue=PackingDialogue(task.input["items"], task.input["capacity"]),
                 )
                 assert out.status == "ok", out.reason + out.stderr_tail
 
             old_t.append(timed(one_shot))
-            new_t.append(timed(lockstep))
+            for backend in ("bwrap", "docker") if docker else ("bwrap",):
+                new_t[backend].append(timed(lambda: lockstep(backend)))
     items = len(tasks[0].input["items"])
-    return statistics.median(old_t), statistics.median(new_t), items
+    return statistics.median(old_t), {k: statistics.median(v) for k, v in new_t.items() if v}, items
 
 
 def main() -> None:
@@ -137,18 +150,24 @@ def main() -> None:
         f"machine: {platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, "
         f"root={os.geteuid() == 0}, load {os.getloadavg()[0]:.2f}"
     )
+    docker = docker_answers()
     print(
         "\n| rollout | bare subprocess ms | process backend ms | bwrap jail ms | jail - process ms | jail / process |"
+        + (" docker jail ms | docker - process ms |" if docker else "")
     )
-    print("| --- | --- | --- | --- | --- | --- |")
-    for label, bare, proc, jail in per_rollout(args.rounds):
-        print(f"| {label} | {bare:.1f} | {proc:.1f} | {jail:.1f} | {jail - proc:+.1f} | x{jail / proc:.2f} |")
-    old, new, items = binpack(max(1, args.rounds // 5), args.instances)
-    print("\n| Weibull 5k instance | seconds | per item µs |")
-    print("| --- | --- | --- |")
-    print(f"| one-shot skeleton, process backend (before) | {old:.3f} | {old / items * 1e6:.1f} |")
-    print(f"| online lockstep, bwrap jail (now) | {new:.3f} | {new / items * 1e6:.1f} |")
-    print(f"| ratio | x{new / old:.2f} | |")
+    print("| --- | --- | --- | --- | --- | --- |" + (" --- | --- |" if docker else ""))
+    for label, ms in per_rollout(args.rounds, docker):
+        proc, jail = ms["process"], ms["bwrap"]
+        extra = f" {ms['docker']:.1f} | {ms['docker'] - proc:+.1f} |" if docker else ""
+        print(
+            f"| {label} | {ms['bare']:.1f} | {proc:.1f} | {jail:.1f} | {jail - proc:+.1f} | x{jail / proc:.2f} |{extra}"
+        )
+    old, new, items = binpack(max(1, args.rounds // 5), args.instances, docker)
+    print("\n| Weibull 5k instance | seconds | per item µs | / one-shot |")
+    print("| --- | --- | --- | --- |")
+    print(f"| one-shot skeleton, process backend (before) | {old:.3f} | {old / items * 1e6:.1f} | x1.00 |")
+    for backend, t in new.items():
+        print(f"| online lockstep, {backend} jail (now) | {t:.3f} | {t / items * 1e6:.1f} | x{t / old:.2f} |")
     print(f"\nload after: {os.getloadavg()[0]:.2f}")
 
 

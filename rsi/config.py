@@ -46,9 +46,10 @@ class RayConfig(Strict):
 class LimitsConfig(Strict):
     """The rollout sandbox: how candidate code is contained (``backend``) and what one rollout may use."""
 
-    backend: Literal["auto", "bwrap", "process"] = Field(
+    backend: Literal["auto", "bwrap", "docker", "process"] = Field(
         "auto",
         description="auto: the bubblewrap jail on Linux (namespaces, no network, no capabilities); "
+        "docker: the same jail as a container of this machine's Docker engine; "
         "process: rlimits and a scrubbed environment only — candidates are NOT contained (explicit opt-in)",
     )
     tmpfs_mb: int = Field(64, ge=1, le=65536, description="size of each of the jail's private /tmp and /dev/shm")

@@ -58,11 +58,14 @@ class JailUnavailable(ConfigError):
     """This machine cannot build the jail; the message names what is missing (exit 2, before
     anything starts: a run never falls back to a weaker sandbox by itself)."""
 
-    def __init__(self, what: str):
+    def __init__(self, what: str, fix: str | None = None):
         super().__init__(
-            f"the rollout jail cannot be built here: {what}. Install bubblewrap (Debian/Ubuntu: "
-            "apt-get install bubblewrap), or set target.limits.backend: process to run candidates "
-            "uncontained"
+            f"the rollout jail cannot be built here: {what}. "
+            + (
+                fix
+                or "Install bubblewrap (Debian/Ubuntu: apt-get install bubblewrap), or set "
+                "target.limits.backend: process to run candidates uncontained"
+            )
         )
 
 

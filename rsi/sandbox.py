@@ -82,11 +82,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rsi import jail
+from rsi import jail, jail_docker
 from rsi.errors import ConfigError, RsiError
 
 STATUSES = ("ok", "error", "timeout", "protocol_error")
-BACKENDS = ("auto", "bwrap", "process")
+BACKENDS = ("auto", "bwrap", "docker", "process")
 
 _TAIL_BYTES = 4096  # what a trace keeps of stdout/stderr
 _DIALOGUE_LINE_BYTES = 1 << 20  # one answer in a dialogue (a bin index, a node) is far shorter
@@ -229,18 +229,24 @@ def run_program(
     argv = [os.fspath(a) for a in argv]
     cwd = Path(cwd)
     payload = _first_input(argv, cwd, stdin_obj, dialogue)
-    jailed = resolve_backend(limits.backend) == "bwrap"
+    backend = resolve_backend(limits.backend)
+    if backend == "docker":  # the container is the jail: no slot uid, no host home
+        run = _run_in_container(argv, cwd, payload, limits, env_passthrough, env, harness, binds, dialogue)
+        if isinstance(run, Outcome):
+            return run
+        return _outcome(run, limits, required_keys, dialogue)
+    jailed = backend == "bwrap"
     slot = _Slot.acquire() if os.geteuid() == 0 else None
     home = None if jailed else tempfile.mkdtemp(prefix="rsi-rollout-")
     try:
         if home is None:  # jailed: the jail's private /tmp is the home
             jail.probe(_probe_uid() if slot is not None else None)  # once per process
-            private = {"HOME": "/tmp", "TMPDIR": "/tmp", "TEMP": "/tmp", "TMP": "/tmp"}
+            private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), "/tmp")
         else:
             if slot is not None:
                 os.chown(home, slot.uid, slot.uid)
                 _open_to_others(cwd)
-            private = {"HOME": home, "TMPDIR": home, "TEMP": home, "TMP": home}
+            private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), home)
         sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
         proc = _start(argv, cwd, sandbox_env, limits, slot, dict(harness or {}) if jailed else None, binds)
         if isinstance(proc, Outcome):
@@ -253,6 +259,51 @@ def run_program(
             slot.release()
         if home is not None:
             _remove_tree(home)
+    return _outcome(run, limits, required_keys, dialogue)
+
+
+def _run_in_container(
+    argv: list[str],
+    cwd: Path,
+    payload: bytes,
+    limits: Limits,
+    env_passthrough: Iterable[str],
+    env: Mapping[str, str] | None,
+    harness: Mapping[str, str] | None,
+    binds: Mapping[str, str] | None,
+    dialogue: Dialogue | None,
+    probe: bool = True,
+) -> _Run | Outcome:
+    """One rollout in a Docker container (``rsi.jail_docker``), pumped like any child; the
+    container and its checkout volume are removed whatever happened."""
+    if probe:
+        _probe_docker()  # once per process
+    exe = _resolve(argv[0], cwd, os.environ.get("PATH", os.defpath))
+    if exe is None:
+        return _cannot_start(argv[0], cwd, "not found or not executable")
+    private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), "/tmp")
+    sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
+    proc = jail_docker.start([exe, *argv[1:]], cwd, sandbox_env, limits, dict(harness or {}), binds)
+    try:
+        return _Pump(proc, payload, limits, proc.kill, dialogue).run()  # type: ignore[arg-type]
+    finally:
+        proc.remove()
+
+
+@functools.cache
+def _probe_docker() -> None:
+    """Run the interpreter in one container the way a rollout will, or raise ``JailUnavailable``
+    naming what is missing (no engine, no SDK, containers that do not start)."""
+    with tempfile.TemporaryDirectory(prefix="rsi-docker-probe-") as tmp:
+        argv = [sys.executable, "-c", "import json, os; print(json.dumps({'uid': os.getuid()}))"]
+        run = _run_in_container(argv, Path(tmp), b"", Limits(timeout_s=60), (), None, None, None, None, probe=False)
+    out = run if isinstance(run, Outcome) else _outcome(run, Limits(timeout_s=60), (), None)
+    if out.status != "ok" or out.output != {"uid": jail.JAIL_UID}:
+        why = out.reason or out.stderr_tail[-200:]
+        raise jail_docker.unavailable(f"containers that run the interpreter (a probe ended {out.status}: {why})")
+
+
+def _outcome(run: _Run, limits: Limits, required_keys: Iterable[str], dialogue: Dialogue | None) -> Outcome:
     status, output, reason = _verdict(run, limits, required_keys, dialogue)
     return Outcome(
         status=status,
@@ -299,6 +350,8 @@ def check_backend(name: str) -> str:
     backend = resolve_backend(name)
     if backend == "bwrap":
         jail.probe(_probe_uid() if os.geteuid() == 0 else None)
+    elif backend == "docker":
+        _probe_docker()
     return backend
 
 
@@ -832,7 +885,8 @@ class _Pump:
         os.set_blocking(self.stdin_fd, False)
         self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
         self.sent = 0
-        self.pidfd = _pidfd(proc.pid)
+        exit_fd = getattr(proc, "exit_fd", None)  # a container's exit, as the docker jail signals it
+        self.pidfd = exit_fd if exit_fd is not None else _pidfd(proc.pid)
         if self.pidfd is not None:
             self.sel.register(self.pidfd, selectors.EVENT_READ)
 
@@ -880,9 +934,13 @@ class _Pump:
         return bool(pid)
 
     def _reap(self) -> None:
-        status, usage = self.reaped or os.wait4(self.proc.pid, 0)[1:]
-        self.run_.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self.run_.cpu_s = usage.ru_utime + usage.ru_stime
+        collect = getattr(self.proc, "collect", None)  # a container: the engine has its exit code
+        if collect is not None:
+            self.run_.returncode, self.run_.cpu_s = collect()
+        else:
+            status, usage = self.reaped or os.wait4(self.proc.pid, 0)[1:]
+            self.run_.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
+            self.run_.cpu_s = usage.ru_utime + usage.ru_stime
         self.run_.duration_s = time.monotonic() - self.started
         self.exited_at = time.monotonic()
 

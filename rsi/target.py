@@ -103,12 +103,12 @@ class ProgramTarget(Target):
 
     @property
     def needs_private_workdir(self) -> bool:
-        """The bubblewrap jail copies the checkout into its own tmpfs, so it only reads the host
+        """A jail (bubblewrap or docker) copies the checkout into its own tmpfs, so it only reads the host
         tree: every rollout of a node can start from the node's one pristine copy, with no copy
         of its own. The weak ``process`` backend runs in the host tree itself: a fresh copy each."""
         from rsi.sandbox import resolve_backend
 
-        return resolve_backend(self.config.limits.backend) != "bwrap"
+        return resolve_backend(self.config.limits.backend) == "process"
 
     def check(self, snapshot: Snapshot) -> None:
         from rsi.sandbox import check_backend
@@ -198,7 +198,7 @@ class ProgramTarget(Target):
         dialogue = self.benchmark.dialogue(task, trial, sample_seed)
         payload = None if dialogue is not None else self.benchmark.payload(task, trial, sample_seed)
         if proxy is not None:
-            env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) == "bwrap")}
+            env = {**env, **proxy.env(jailed=resolve_backend(limits.backend) != "process")}
         return run_program(
             self.argv(workdir),
             workdir,

@@ -40,3 +40,38 @@ def make_tree(tmp_path):
         return write_tree(tmp_path / name, files)
 
     return make
+
+
+@pytest.fixture(scope="session")
+def docker_engine():
+    """The ``DOCKER_HOST`` of an engine for the docker jail's tests (see ``_docker``). Skips only
+    where no engine answers and none can be started here (no ``dockerd``, or not root); a
+    ``dockerd`` that is installed but fails to start is a failure, not a skip."""
+    from _docker import PrivateEngine, engine_answers
+
+    if engine_answers(os.environ.get("DOCKER_HOST")):
+        yield os.environ.get("DOCKER_HOST") or "unix:///var/run/docker.sock"
+        return
+    import shutil
+
+    if os.geteuid() != 0 or shutil.which("dockerd", path=os.pathsep.join([os.environ.get("PATH", ""), "/usr/sbin"])) is None:
+        pytest.skip("no Docker engine answers and none can be started here (needs root and dockerd)")
+    engine = PrivateEngine()
+    engine.start()
+    try:
+        yield engine.host
+    finally:
+        engine.stop()
+
+
+@pytest.fixture
+def docker_host(docker_engine, monkeypatch):
+    """This test's rollouts use the docker jail's engine (``DOCKER_HOST`` set for this test only)."""
+    from rsi import jail_docker, sandbox
+
+    monkeypatch.setenv("DOCKER_HOST", docker_engine)
+    jail_docker.client.cache_clear()
+    sandbox._probe_docker.cache_clear()
+    yield docker_engine
+    jail_docker.client.cache_clear()
+    sandbox._probe_docker.cache_clear()

@@ -46,11 +46,18 @@ time.sleep(60)
 """
 
 
-@pytest.fixture(params=["bwrap", "util-linux", "preexec"])
+JAILS = ("bwrap", "docker")  # the backends that copy the checkout into a private tmpfs
+
+
+@pytest.fixture(params=["bwrap", "docker", "util-linux", "preexec"])
 def jail(request, monkeypatch):
-    """Every way a rollout is contained: the bubblewrap jail (the default), and the explicit
-    ``process`` opt-in both ways: prlimit/setpriv exec'd in front of the program, and the
-    preexec_fn used where those tools are missing."""
+    """Every way a rollout is contained: the bubblewrap jail (the default), the same contract in
+    a Docker container, and the explicit ``process`` opt-in both ways: prlimit/setpriv exec'd in
+    front of the program, and the preexec_fn used where those tools are missing."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+        monkeypatch.setattr(sandbox, "resolve_backend", lambda name: "docker")
+        return request.param
     if request.param != "bwrap":
         monkeypatch.setattr(sandbox, "resolve_backend", lambda name: "process")
     if request.param == "preexec":
@@ -112,7 +119,7 @@ def test_good_program_gets_the_task_and_its_output_is_parsed(jail, checkout):
     out = run_program(argv, checkout, {"x": 21}, Limits(timeout_s=20), required_keys=["answer"])
     assert out.status == "ok", out.reason
     assert out.output["answer"] == 42
-    assert out.output["cwd"] == ("/checkout" if jail == "bwrap" else str(checkout.resolve()))
+    assert out.output["cwd"] == ("/checkout" if jail in JAILS else str(checkout.resolve()))
     assert out.returncode == 0 and out.reason == ""
     assert 0 < out.duration_s < 20
     assert "debug: starting" in out.stdout_tail
@@ -210,7 +217,7 @@ def test_file_size_bomb_is_an_error_and_its_file_is_removed(jail, checkout):
     assert out.status == "error"
     assert "File too large" in out.reason
     big = Path(out.stderr_tail.splitlines()[0])
-    if jail == "bwrap":  # the jail's /tmp is its own tmpfs: the file never touched the host
+    if jail in JAILS:  # the jail's /tmp is its own tmpfs: the file never touched the host
         assert big == Path("/tmp/big") and not big.exists()
     else:
         assert big.name == "big" and not big.parent.exists()
@@ -292,7 +299,7 @@ def test_secrets_in_the_environment_do_not_reach_the_candidate(jail, checkout, m
     assert seen["OMP_NUM_THREADS"] == seen["OPENBLAS_NUM_THREADS"] == seen["MKL_NUM_THREADS"] == "1"
     assert seen["PYTHONDONTWRITEBYTECODE"] == "1"
     assert seen["HOME"] == seen["TMPDIR"] != os.environ.get("HOME")
-    if jail == "bwrap":
+    if jail in JAILS:
         assert seen["HOME"] == "/tmp", "the jail's private tmpfs, gone with it"
     else:
         assert not Path(seen["HOME"]).exists(), "the rollout's HOME outlived it"
@@ -327,7 +334,7 @@ def test_checkout_stays_intact_and_readable(jail, checkout):
     """)
     out = run_program(argv, checkout, {}, Limits(timeout_s=20))
     assert out.status == "ok", out.reason
-    if jail == "bwrap":  # the rollout's own copy, in its tmpfs: it may change it, the host's stays
+    if jail in JAILS:  # the rollout's own copy, in its tmpfs: it may change it, the host's stays
         assert out.output["done"] == ["remove", "write", "create", "chmod"]
         assert (checkout / "data.txt").read_text() == "original"
         assert sorted(p.name for p in checkout.iterdir()) == ["data.txt", "main.py"]

@@ -51,7 +51,16 @@ print(json.dumps({"answer": "v0", "seen": seen, "ports": ports}))
 '''
 
 
-def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path):
+@pytest.fixture(params=["bwrap", "docker"])
+def backend(request) -> tuple[str, dict[str, str]]:
+    """The jail of the run, and what its processes need in their environment to use it."""
+    if request.param == "docker":
+        return "docker", {"DOCKER_HOST": request.getfixturevalue("docker_engine")}
+    return "bwrap", {}
+
+
+def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path, backend):
+    jail, jail_env = backend
     mark = f"rsi-hostile-{uuid.uuid4().hex}"
     run_dir = tmp_path / "runs" / "hostile"
     shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
@@ -61,10 +70,11 @@ def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path):
     (tmp_path / "table.yaml").write_text("splits: {train: [t1, t2], dev: [], test: [x1]}\n"
                                          "scores: {v0: {t1: 1.0, t2: 0.5, x1: 1.0}}\n")
     cfg = {"name": "hostile", "seed": 1, "storage": str(tmp_path / "runs"),
-           "target": {"path": "target", "kind": "program", "entry": "solve.py", "deterministic": True},
+           "target": {"path": "target", "kind": "program", "entry": "solve.py", "deterministic": True,
+                      "limits": {"backend": jail}},
            "benchmark": {"name": "table", "path": "table.yaml"}, "algorithm": {"name": "evaluate"}}
     (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
-    env = cluster_env(secrets.token_hex(32))
+    env = {**cluster_env(secrets.token_hex(32)), **jail_env}
     proc = subprocess.run([sys.executable, "-m", "rsi.driver.cli", "run", str(tmp_path / "run.yaml"), "--run-dir",
                            str(run_dir)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -87,7 +97,7 @@ def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path):
              if _cmdline_has(pid, mark)]
     assert alive == [], "a candidate's daemon outlived the run"
     meta = json.loads((run_dir / "run.json").read_text())
-    assert meta["jail"] == "bwrap"
+    assert meta["jail"] == jail
 
 
 def _cmdline_has(pid: str, mark: str) -> bool:

@@ -32,13 +32,25 @@ from rsi.target import ProgramTarget
 
 pytestmark = pytest.mark.timeout(120)
 REPO = Path(__file__).resolve().parents[2]
+BACKEND = "bwrap"  # the jail every attack below runs against; the fixture switches it
+
+
+@pytest.fixture(autouse=True, params=["bwrap", "docker"])
+def backend(request):
+    """Every attack runs against both jails: bubblewrap, and the same contract in a Docker container."""
+    global BACKEND
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+    BACKEND = request.param
+    yield request.param
+    BACKEND = "bwrap"
 
 
 def table_target(tmp_path: Path, **limits) -> ProgramTarget:
     (tmp_path / "table.yaml").write_text("splits: {train: [t1]}\nscores: {v0: {t1: 1.0}}\n")
     bench = TableBenchmark(TableParams(name="table", path="table.yaml"), base_dir=tmp_path)
     return ProgramTarget(TargetConfig(path=".", kind="program", entry="main.py",
-                                      limits={"timeout_s": 30, **limits}), bench)
+                                      limits={"timeout_s": 30, "backend": BACKEND, **limits}), bench)
 
 
 def rollout(tmp_path: Path, body: str, **limits):
@@ -271,7 +283,8 @@ def test_a_binpack_candidate_cannot_see_future_items(tmp_path, source):
     work.mkdir()
     (work / "heuristic.py").write_text(source)
     bench = BinPack(BinPackParams(name="binpack"))
-    target = ProgramTarget(TargetConfig(path=".", kind="program", limits={"timeout_s": 120}), bench)
+    target = ProgramTarget(TargetConfig(path=".", kind="program", limits={"timeout_s": 120, "backend": BACKEND}),
+                           bench)
     result = target.run(work, task, 0, 0)
     assert result.status == "ok", result.trace
     honest = count_bins(task.input["items"], task.input["capacity"],
@@ -308,7 +321,8 @@ def test_a_qa_candidate_cannot_read_the_gold_answers(tmp_path):
                 pass
         print(json.dumps({{"answer": answer}}))
     """))
-    target = ProgramTarget(TargetConfig(path=".", kind="program", entry="main.py", limits={"timeout_s": 60}), bench)
+    target = ProgramTarget(TargetConfig(path=".", kind="program", entry="main.py",
+                                        limits={"timeout_s": 60, "backend": BACKEND}), bench)
     result = target.run(work, task, 0, 0)
     assert result.status == "ok", result.trace
     assert result.trace["output"] == {"answer": "unknown"}, "the gold answer was read from inside the jail"
@@ -320,10 +334,12 @@ NON_ROOT_UID = 61_234
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the suite itself then runs the unprivileged path")
-def test_an_unprivileged_caller_gets_the_same_jail(tmp_path):
+def test_an_unprivileged_caller_gets_the_same_jail(tmp_path, backend):
     """rsi run by a normal user: bubblewrap builds the jail from an unprivileged user namespace.
     Driven from a real non-root process (the system interpreter, so nothing under /root is
     needed), with a fork tree to show the process budget holds there too."""
+    if backend == "docker":
+        pytest.skip("a Docker engine's own access rules decide who may start containers")
     system_python = shutil.which("python3", path="/usr/bin:/bin")
     if system_python is None or not all(os.stat(p).st_mode & 0o001 for p in [*REPO.parents, REPO]):
         pytest.skip("needs /usr/bin/python3 and a checkout other users can traverse")

@@ -69,6 +69,20 @@ def key(monkeypatch):
     monkeypatch.setenv(KEY_ENV, KEY)
 
 
+BACKEND = "bwrap"  # the jail the harness runs in; the fixture switches it
+
+
+@pytest.fixture(autouse=True, params=["bwrap", "docker"])
+def backend(request):
+    """Every proxy attack runs in both jails: bubblewrap, and the same contract in a Docker container."""
+    global BACKEND
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+    BACKEND = request.param
+    yield request.param
+    BACKEND = "bwrap"
+
+
 @pytest.fixture(scope="module")
 def bench():
     return QA(QAParams(name="qa"))
@@ -86,7 +100,8 @@ def rollout(tmp_path: Path, bench, srv, body: str, files: dict | None = None, **
     (work / "runtime" / "main.py").write_text(PRELUDE + textwrap.dedent(body))
     for name, text in (files or {}).items():
         (work / name).write_text(text)
-    target = MiniAgentTarget(TargetConfig(path=str(work), kind="miniagent", limits={"timeout_s": 60},
+    target = MiniAgentTarget(TargetConfig(path=str(work), kind="miniagent",
+                                          limits={"timeout_s": 60, "backend": BACKEND},
                                           model=model_block(srv, **caps)), bench)
     return target.run(work, bench.split("train")[0], 0, 0)
 

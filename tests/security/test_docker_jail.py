@@ -1,0 +1,86 @@
+"""The docker jail's own guarantees, beyond the attacks every jail is put through (those run
+against both jails in ``test_jail_attacks``, ``test_model_proxy``, ``test_meta_jail`` and
+``test_sandbox``): nothing a rollout made stays on the engine, and a machine without an engine
+gets one clear line before anything runs."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rsi import jail_docker, sandbox
+from rsi.jail import JailUnavailable
+from rsi.sandbox import Limits, run_program
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.timeout(180)
+
+
+def leftovers() -> tuple[list, list]:
+    engine = jail_docker.client()
+    label = {"label": jail_docker.LABEL}
+    return engine.containers.list(all=True, filters=label), engine.volumes.list(filters=label)
+
+
+def test_nothing_a_rollout_made_stays_on_the_engine(tmp_path, docker_host):
+    """Every way a rollout ends (ok, timeout, stdout overflow, a crash, a lockstep protocol
+    break) removes its container and its checkout volume, and the checkout on the host is
+    untouched by what the candidate wrote in its copy."""
+    (tmp_path / "main.py").write_text(textwrap.dedent("""
+        import json, sys, time
+        mode = json.load(sys.stdin)["mode"]
+        open("written-inside", "w").write("x")
+        if mode == "sleep":
+            time.sleep(60)
+        if mode == "flood":
+            sys.stdout.write("x" * (1 << 22))
+        if mode == "crash":
+            raise SystemExit(3)
+        print(json.dumps({"mode": mode}))
+    """))
+    before = leftovers()
+    argv = [sys.executable, "main.py"]
+    ends = {}
+    for mode in ("ok", "sleep", "flood", "crash"):
+        out = run_program(argv, tmp_path, {"mode": mode}, Limits(timeout_s=3, stdout_max_bytes=1 << 16))
+        ends[mode] = (out.status, out.reason)
+    assert ends == {"ok": ("ok", ""), "sleep": ("timeout", "wall-clock limit of 3 s reached"),
+                    "flood": ("protocol_error", f"stdout exceeded {1 << 16} bytes"),
+                    "crash": ("error", "exit code 3")}
+    assert leftovers() == before == ([], [])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["main.py"]
+
+
+def test_without_an_engine_the_backend_says_so_before_anything_runs(tmp_path, monkeypatch):
+    monkeypatch.setenv("DOCKER_HOST", f"unix://{tmp_path}/no-engine.sock")
+    jail_docker.client.cache_clear()
+    sandbox._probe_docker.cache_clear()
+    try:
+        with pytest.raises(JailUnavailable, match="docker backend needs a Docker engine that answers"):
+            sandbox.check_backend("docker")
+    finally:
+        jail_docker.client.cache_clear()
+        sandbox._probe_docker.cache_clear()
+
+
+def test_rsi_run_without_an_engine_is_one_line_and_exit_2(tmp_path):
+    shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target")
+    (tmp_path / "table.yaml").write_text("splits: {train: [t1]}\nscores: {v0: {t1: 1.0}}\n")
+    cfg = {"name": "no-engine", "seed": 1, "storage": str(tmp_path / "runs"),
+           "target": {"path": "target", "kind": "program", "entry": "solve.py", "limits": {"backend": "docker"}},
+           "benchmark": {"name": "table", "path": "table.yaml"}, "algorithm": {"name": "evaluate"}}
+    (tmp_path / "run.yaml").write_text(yaml.safe_dump(cfg))
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    proc = subprocess.run([sys.executable, "-m", "rsi.driver.cli", "run", str(tmp_path / "run.yaml")],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "docker backend needs a Docker engine that answers" in lines[0], proc.stderr
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
