@@ -57,7 +57,7 @@ class Target(ABC):
 
     #: Modules besides the target's own whose code decides a rollout's outcome (the sandbox,
     #: the jail, the output parser; an agent target adds its model proxy).
-    runtime_modules: ClassVar[tuple[str, ...]] = ("rsi.sandbox", "rsi.jail", "rsi.untrusted")
+    runtime_modules: ClassVar[tuple[str, ...]] = ("rsi.sandbox", "rsi.jail", "rsi.jail_docker", "rsi.untrusted")
 
     def fingerprint(self) -> str:
         """Everything besides the snapshot that decides a rollout's outcome (cache key part):
