@@ -292,6 +292,8 @@ class ContainerProcess:
         return self.returncode, 0.0
 
     def kill(self) -> None:
+        if self._status is not None:
+            return  # it has exited: the pump's kill after an exit needs no call to the engine
         try:
             self.container.kill()
         except Exception:
