@@ -138,17 +138,28 @@ class WorkerPool:
     """Driver-side view of the worker actors; replica i gets seed ``run_seed + i``."""
 
     def __init__(self, worker_cfg, base_dir: Path, seed: int, states: Sequence[dict | None] | None = None):
-        n = getattr(worker_cfg, "replicas", 1)
-        states = states or [None] * n
-        # Pinned to the driver's node: an actor lost with another node would restart from the
-        # run's initial ``states`` and replay edits already used; the driver's node ends the run anyway.
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        # ray.remote made WorkerActor an ActorClass; mypy ignores class decorators (python/mypy#3135)
-        actor_class = WorkerActor.options(scheduling_strategy=here)  # type: ignore[attr-defined]
-        self.actors = [actor_class.remote(worker_cfg, str(base_dir), seed + i, states[i]) for i in range(n)]
+        self._n = getattr(worker_cfg, "replicas", 1)
+        self._args = (worker_cfg, str(base_dir), seed)
+        self._states = list(states or [None] * self._n)
+        self._actors: list | None = None
+
+    @property
+    def actors(self) -> list:
+        """The worker actors, started at the first call that needs one: a run measures its seed
+        first, and that measurement (the run's first rollouts) then has the CPUs to itself
+        instead of sharing them with ``replicas`` processes importing their libraries."""
+        if self._actors is None:
+            worker_cfg, base_dir, seed = self._args
+            # Pinned to the driver's node: an actor lost with another node would restart from the
+            # run's initial states and replay edits already used; the driver's node ends the run anyway.
+            here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+            # ray.remote made WorkerActor an ActorClass; mypy ignores class decorators (python/mypy#3135)
+            actor_class = WorkerActor.options(scheduling_strategy=here)  # type: ignore[attr-defined]
+            self._actors = [actor_class.remote(worker_cfg, base_dir, seed + i, self._states[i]) for i in range(self._n)]
+        return self._actors
 
     def __len__(self) -> int:
-        return len(self.actors)
+        return self._n
 
     def edit(self, i: int, parent: Snapshot, prompt: str, references=None) -> EditResult:
         return ray.get(self.actors[i % len(self.actors)].edit.remote(parent, prompt, references))
@@ -182,10 +193,14 @@ class WorkerPool:
     def usage(self) -> dict:
         """Model usage of all replicas since they started: calls, tokens, cost."""
         total = {"calls": 0, "tokens_in": 0, "tokens_out": 0, "cost_usd": 0.0}
+        if self._actors is None and not any(self._states):  # a fresh pool not started: no calls
+            return total
         for u in ray.get([a.get_usage.remote() for a in self.actors]):
             for k in total:
                 total[k] += u.get(k, 0)
         return total
 
-    def states(self) -> list[dict]:
-        return ray.get([a.get_state.remote() for a in self.actors])
+    def states(self) -> list[dict | None]:
+        if self._actors is None:  # not started: the states it would start from
+            return list(self._states)
+        return ray.get([a.get_state.remote() for a in self._actors])
