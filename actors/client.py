@@ -7,7 +7,7 @@ caller sees them, so a decision never rests on a measurement that is not on stor
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -85,6 +85,54 @@ class EvaluatorClient:
 
         wait_with_progress(done, lambda: ray.get(self.actor.progress.remote()), label or "evaluating")
         return self._record([ray.get(ref) for ref in refs], requests)
+
+    def evaluate_chained(
+        self,
+        groups: Sequence[Sequence[Request]],
+        follow: Callable[[int, list[pa.Table]], Sequence[Request]],
+        label: str = "",
+    ) -> tuple[list[list[pa.Table]], list[list[pa.Table]]]:
+        """Every group's requests at once; as soon as all of group ``i``'s results are in,
+        ``follow(i, its tables)`` names the requests that follow from them (none: ``[]``), and
+        those start at once, while other groups are still running. Returns the first stage's
+        tables and the follow-ups' tables, per group and in order. Both stages are stored
+        (one call each, as ``evaluate_many`` stores one) before this returns: ``follow`` sees
+        a group's rows before they are on storage, so only what to measure next may rest on
+        them, never a decision."""
+        refs = [[self.actor.evaluate.remote(r) for r in g] for g in groups]
+        owner = {ref: i for i, g in enumerate(refs) for ref in g}
+        left = [len(g) for g in refs]
+        later: list[list[Request]] = [[] for _ in groups]
+        later_refs: list[list] = [[] for _ in groups]
+        pending = set(owner)
+
+        def start_follow_ups(i: int) -> None:
+            later[i] = list(follow(i, [ray.get(ref)[0] for ref in refs[i]]))
+            later_refs[i] = [self.actor.evaluate.remote(r) for r in later[i]]
+            pending.update(later_refs[i])
+
+        for i, g in enumerate(refs):
+            if not g:
+                start_follow_ups(i)
+
+        def done(timeout: float) -> bool:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
+            if ready:  # everything else that is in by now, without waiting
+                ready, _ = ray.wait(list(pending), num_returns=len(pending), timeout=0)
+            for ref in ready:
+                pending.discard(ref)
+                i = owner.get(ref)
+                if i is not None:
+                    left[i] -= 1
+                    if left[i] == 0:
+                        start_follow_ups(i)
+            return not pending
+
+        wait_with_progress(done, lambda: ray.get(self.actor.progress.remote()), label or "evaluating")
+        first = [r for g in groups for r in g]
+        tables = iter(self._record([ray.get(ref) for g in refs for ref in g], first))
+        second = iter(self._record([ray.get(ref) for g in later_refs for ref in g], [r for g in later for r in g]))
+        return [[next(tables) for _ in g] for g in groups], [[next(second) for _ in g] for g in later]
 
     def _record(self, results: list[tuple], requests: Sequence[Request]) -> list[pa.Table]:
         """Store the freshly executed rows of one call, all its requests together: one traces

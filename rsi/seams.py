@@ -10,7 +10,7 @@ module, and the core never imports ``actors`` (``tests/test_layers.py``).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -44,6 +44,17 @@ class Evaluator(Protocol):
 
     def evaluate_many(self, requests: Sequence[Request], label: str = "") -> list[pa.Table]:
         """Several measurements at once, one table per request, in order."""
+        ...
+
+    def evaluate_chained(
+        self,
+        groups: Sequence[Sequence[Request]],
+        follow: Callable[[int, list[pa.Table]], Sequence[Request]],
+        label: str = "",
+    ) -> tuple[list[list[pa.Table]], list[list[pa.Table]]]:
+        """Groups of measurements at once, each group's follow-up measurements (``follow(i,
+        group i's tables)``) started as soon as that group is in, while the others run:
+        ``(first-stage tables, follow-up tables)``, per group, in order."""
         ...
 
     def preload(self, table: pa.Table) -> dict[str, Any]:

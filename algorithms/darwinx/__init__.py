@@ -176,20 +176,29 @@ class DarwinX(Algorithm):
         return proposals
 
     def measure(self, proposals: list[Proposal]) -> None:
-        """Screen every valid candidate, confirm the ones that pass; decide in candidate order."""
+        """Screen every valid candidate, confirm the ones that pass; decide in candidate order.
+        A candidate's confirm starts as soon as its own screen is in, while the other screens
+        still run: whether it passes depends only on its screen and on the archive as it stood
+        at the start of the round, so the decisions are those of screening all, then confirming."""
         live = [p for p in proposals if p.candidate is not None]
         subsets = {p.step: self.screen_sampling.sample(self.train_ids, self.p.screen_size, self.rng) for p in live}
-        screens = self._measure_all(live, "screen", lambda p: subsets[p.step], self.p.screen_samples)
+
+        def confirm_if_passed(i: int, tables: list) -> list[Request]:
+            p = live[i]
+            if not self._screen_verdict(p, *self._sides(p, tables)[:3])[0]:
+                return []
+            return self._requests(p, "confirm", None, self.p.confirm_samples)
+
+        screen_tables, confirm_tables = self.ctx.evaluator.evaluate_chained(
+            [self._requests(p, "screen", subsets[p.step], self.p.screen_samples) for p in live],
+            confirm_if_passed,
+            label="screen and confirm",
+        )
         passed = []
-        for p in live:
-            cand, primary, reference = screens[p.step]
-            ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
+        for p, tables, confirm in zip(live, screen_tables, confirm_tables):
+            cand, primary, reference, _ = self._sides(p, tables)
+            ok, gain, regression, code, reason = self._screen_verdict(p, cand, primary, reference)
             p.committed.screen_means, p.committed.level = cand, "screen"
-            code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
-            twin = self._known_twin(p, cand) if ok and self.p.decline_known_screens else None
-            if twin is not None:
-                ok, code = False, "screen_matches_known"
-                reason = f"screen scores equal those of {twin.snapshot_id}, already measured"
             self.decide(
                 "screen",
                 p.committed.snapshot_id,
@@ -209,14 +218,24 @@ class DarwinX(Algorithm):
                 regression_mass=regression,
             )
             if ok:
-                passed.append(p)
+                passed.append((p, confirm))
             else:
                 p.committed.gain, p.committed.regression_mass = gain, regression
                 self._archive(p, improved=[t for t in cand if cand[t] > primary[t]], regressed=[])
-        confirms = self._measure_all(passed, "confirm", lambda p: None, self.p.confirm_samples)
-        for p in passed:
-            self._confirm(p, *confirms[p.step])
+        for p, confirm in passed:
+            self._confirm(p, *self._sides(p, confirm))
         self._archive_queued()
+
+    def _screen_verdict(self, p: Proposal, cand: dict, primary: dict, reference: dict):
+        """``(passed, gain, regression mass, reason code, reason)`` of a candidate's screen: a
+        function of its screen scores and the archive (unchanged within a round) only."""
+        ok, gain, regression = screen_passes(cand, primary, reference, self.p.screen_regression_tolerance)
+        code, reason = screen_reason(ok, cand, primary, regression, self.p.screen_regression_tolerance)
+        twin = self._known_twin(p, cand) if ok and self.p.decline_known_screens else None
+        if twin is not None:
+            ok, code = False, "screen_matches_known"
+            reason = f"screen scores equal those of {twin.snapshot_id}, already measured"
+        return ok, gain, regression, code, reason
 
     def finish(self) -> Snapshot:
         members = [c.member() for c in self.archive]
@@ -289,28 +308,25 @@ class DarwinX(Algorithm):
             lost=list(figures.lost_invariant),
         )
 
-    def _measure_all(self, props: list[Proposal], level: str, tasks_of, samples: int) -> dict:
-        """One concurrent batch: parent (and donor) and candidate of every proposal."""
-        requests, layout = [], []
-        for p in props:
-            sides = [("parent", p.parent.snapshot)]
-            if p.donor is not None:
-                sides.append(("donor", p.donor.snapshot))
-            sides.append(("candidate", p.committed.snapshot))
-            for role, snap in sides:
-                requests.append(Request(snap, "train", tasks_of(p), samples, f"s{p.step}/{level}/{role}"))
-            layout.append((p, [r for r, _ in sides]))
-        tables = self.ctx.evaluator.evaluate_many(requests, label=level) if requests else []
-        out, i = {}, 0
-        for p, roles in layout:
-            got = dict(zip(roles, tables[i : i + len(roles)]))
-            i += len(roles)
-            means = {r: self._means(t) for r, t in got.items()}
-            reference = means["parent"]
-            if "donor" in means:
-                reference = {t: max(means["parent"][t], means["donor"][t]) for t in reference}
-            out[p.step] = (means["candidate"], means["parent"], reference, [got[r] for r in roles])
-        return {k: (v[0], v[1], v[2], v[3]) if level == "confirm" else v[:3] for k, v in out.items()}
+    @staticmethod
+    def _roles(p: Proposal) -> list[tuple[str, Snapshot]]:
+        sides = [("parent", p.parent.snapshot)]
+        if p.donor is not None:
+            sides.append(("donor", p.donor.snapshot))
+        return [*sides, ("candidate", p.committed.snapshot)]
+
+    def _requests(self, p: Proposal, level: str, tasks, samples: int) -> list[Request]:
+        """Parent (and donor) and candidate of one proposal, measured together."""
+        return [Request(snap, "train", tasks, samples, f"s{p.step}/{level}/{role}") for role, snap in self._roles(p)]
+
+    def _sides(self, p: Proposal, tables: list) -> tuple[dict, dict, dict, list]:
+        """``(candidate means, parent means, reference means, tables)`` of one proposal's
+        measurement; the reference is the parent, or per task the better of parent and donor."""
+        means = {role: self._means(t) for (role, _), t in zip(self._roles(p), tables)}
+        reference = means["parent"]
+        if "donor" in means:
+            reference = {t: max(means["parent"][t], means["donor"][t]) for t in reference}
+        return means["candidate"], means["parent"], reference, tables
 
     # ---- pieces --------------------------------------------------------------------------
     def _known_twin(self, p: Proposal, cand: dict[str, float]) -> Candidate | None:

@@ -1,8 +1,8 @@
 """A fixed-latency OpenAI-compatible model for the peer comparison (not a language model).
 
 Every chat completion is answered after ``latency_s`` with one of ``VARIANTS`` (bodies of the
-bin-packing ``priority`` function), in a fixed rotation kept separately per system so both see
-the same sequence. The reply takes the form the caller parses:
+bin-packing ``priority`` function; or the ``variants`` it is given), in a fixed rotation kept
+separately per system so both see the same sequence. The reply takes the form the caller parses:
 
 - a request with ``tools`` (rsi's ``agent`` worker): a ``write_file`` call with the whole new
   ``heuristic.py`` and a ``finish`` call, in one reply;
@@ -71,8 +71,9 @@ def openevolve_program(body: str, draw: int) -> str:
 class FixedLatencyModel:
     """The server and its request log; ``system`` names the log's owner (``rsi``/``openevolve``)."""
 
-    def __init__(self, latency_s: float, port: int = 0):
+    def __init__(self, latency_s: float, port: int = 0, variants: list[str] | None = None):
         self.latency_s = latency_s
+        self.variants = list(variants or VARIANTS)
         self.log: list[dict] = []
         self._lock = threading.Lock()
         self._draws = {"rsi": itertools.count(), "openevolve": itertools.count()}
@@ -105,16 +106,16 @@ class FixedLatencyModel:
         if kind == "distil":
             step["text"] = "Tried a different priority rule; keep the tightest-fit core and vary one term next."
         elif system == "rsi":
-            body_src = VARIANTS[draw % len(VARIANTS)]
-            step["text"] = f"Changed the priority rule (variant {draw % len(VARIANTS)})."
+            body_src = self.variants[draw % len(self.variants)]
+            step["text"] = f"Changed the priority rule (variant {draw % len(self.variants)})."
             step["tool_calls"] = [
                 {"name": "write_file", "arguments": {"path": "heuristic.py", "content": rsi_heuristic(body_src, draw)}},
-                {"name": "finish", "arguments": {"summary": f"priority variant {draw % len(VARIANTS)}"}},
+                {"name": "finish", "arguments": {"summary": f"priority variant {draw % len(self.variants)}"}},
             ]
         else:
-            body_src = VARIANTS[draw % len(VARIANTS)]
+            body_src = self.variants[draw % len(self.variants)]
             step["text"] = (
-                f"A different priority rule (variant {draw % len(VARIANTS)}).\n\n```python\n"
+                f"A different priority rule (variant {draw % len(self.variants)}).\n\n```python\n"
                 + openevolve_program(body_src, draw)
                 + "```\n"
             )
