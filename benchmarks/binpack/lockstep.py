@@ -23,7 +23,8 @@ class PackingDialogue(Dialogue):
         return f"{head}\n{self._item(0)}".encode() if self.items else f"{head}\n".encode()
 
     def _item(self, i: int) -> str:
-        return json.dumps(self.items[i]) + "\n"
+        item = self.items[i]
+        return f"{item}\n" if type(item) is int else json.dumps(item) + "\n"  # an int's JSON is its str
 
     def reply(self, line: bytes) -> bytes | None:
         i = len(self.assignment)
