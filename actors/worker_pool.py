@@ -200,7 +200,7 @@ class WorkerPool:
                 total[k] += u.get(k, 0)
         return total
 
-    def states(self) -> list[dict | None]:
-        if self._actors is None:  # not started: the states it would start from
-            return list(self._states)
+    def states(self) -> list[dict]:
+        if self._actors is None:  # not started: the states it would start from ({}: from its seed)
+            return [s or {} for s in self._states]
         return ray.get([a.get_state.remote() for a in self._actors])
