@@ -69,29 +69,41 @@ def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> lis
     return cases
 
 
-def run_row(run_dir: Path) -> dict:
-    records = RunRecords.open(str(run_dir))
+def run_figures(run_dir: Path) -> dict:
+    """What a finished run recorded, read from its files only (nothing of the candidate runs
+    here): the test figures the runner printed, decision counts, the train rollouts it executed
+    and, when a wrapper left ``wall.txt`` beside the run, its wall time and load average."""
     summary = json.loads((run_dir / "summary.json").read_text())
     decisions = [json.loads(line) for line in (run_dir / "decisions.jsonl").read_text().splitlines()]
-    source = records.get_snapshot(summary["snapshot_id"]).text("heuristic.py")
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        dev = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    rollouts = RunRecords.open(str(run_dir)).rollouts()
     row = {
         "run": run_dir.name,
+        "snapshot_id": summary["snapshot_id"],
         "test": {r["dataset"]: r["excess_pct"] for r in summary.get("test_report", [])},
-        "dev_weibull": dev,
+        "train_rollouts": sum(1 for s in rollouts["split"].to_pylist() if s == "train"),
         "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
         "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
         "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
         "twins": sum(1 for d in decisions if d.get("reason_code") == "screen_matches_known"),
         "below_ratio": sum(1 for d in decisions if d.get("reason_code") == "gain_below_ratio"),
-        "heuristic": source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip(),
+        "decisions": decisions,
     }
     wall = run_dir / "wall.txt"
     if wall.exists():
         seconds, *load = wall.read_text().split()
         row["wall_s"], row["load"] = float(seconds), " ".join(load)
+    return row
+
+
+def run_row(run_dir: Path) -> dict:
+    """``run_figures`` plus the promoted heuristic's excess on the generated dev split."""
+    records = RunRecords.open(str(run_dir))
+    row = run_figures(run_dir)
+    source = records.get_snapshot(row["snapshot_id"]).text("heuristic.py")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        row["dev_weibull"] = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
 
 
