@@ -197,7 +197,11 @@ class HillClimb(Algorithm):
         self.current_mean, self.seed_mean = state["current_mean"], state["seed_mean"]
         self.best = (state["best"][0], state["best"][1])
         self.stalled, self.climb = state["stalled"], state["climb"]
-        self.rollouts_used, self.stopped = state["rollouts_used"], state["stopped"]
+        self.stopped = state["stopped"]
+        # Counted from the stored rows, not the checkpoint: rows a killed step stored after its
+        # last checkpoint come back from the cache when the step is replayed (executed: 0), yet
+        # they were spent.
+        self.rollouts_used = self.ctx.records.rollouts()["split"].to_pylist().count("train")
 
 
 def _mean(means: dict[str, float]) -> float:
