@@ -8,9 +8,10 @@ when the runner's wrapper left ``wall.txt`` beside the run (``seconds load1 load
 wall time and load average.
 
 With ``--references``: first fit, best fit and Sum-of-Squares packed in-process on dev and test.
-Sum-of-Squares (Csirik et al.) keeps a count of bins per gap size and puts each item where the
-sum of squared counts grows least: it keeps state across items, so it is not expressible in the
-``priority(item, bins)`` template and is shown as a reference only.
+Sum-of-Squares (Csirik et al., ``benchmarks/binpack/sum_of_squares.py``) keeps a count of bins
+per gap size and puts each item where the sum of squared counts grows least: it keeps state
+across items, so it is not expressible in the ``priority(item, bins)`` template and is shown as
+a reference only.
 
     .venv/bin/python perf/search_quality.py --references runs/qs-1 runs/qs-2 ...
 
@@ -29,6 +30,7 @@ import numpy as np
 
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
 from benchmarks.binpack.online import best_fit, first_fit, l1_bound, open_bins, pack, place
+from benchmarks.binpack.sum_of_squares import sum_of_squares
 from rsi.benchmark import Task
 from rsi.records import RunRecords
 
@@ -40,38 +42,6 @@ def excess(tasks: list[Task], assign) -> float:
     used = sum(np.unique(assign(t.input["items"], t.input["capacity"])).size for t in tasks)
     bound = sum(l1_bound(t.input["items"], t.input["capacity"]) for t in tasks)
     return 100.0 * (used - bound) / bound
-
-
-def sum_of_squares(items: list[int], capacity: int) -> np.ndarray:
-    """Online Sum-of-Squares: minimise sum_g N(g)^2 over partial bins by gap g (ties: the
-    smallest resulting gap, then the earliest bin)."""
-    count = np.zeros(capacity + 1, dtype=np.int64)  # partial bins by gap, 0 < gap < capacity
-    by_gap: dict[int, list[int]] = {}
-    assignment = np.empty(len(items), dtype=np.int64)
-    opened = 0
-    for i, s in enumerate(items):
-        best, best_key = capacity, None
-        for g in [capacity, *np.nonzero(count[s:capacity])[0] + s]:
-            g = int(g)
-            delta = 0 if g == capacity else 1 - 2 * int(count[g])
-            rest = g - s
-            delta += 0 if rest == 0 else 1 + 2 * int(count[rest])
-            key = (delta, rest)
-            if best_key is None or key < best_key:
-                best, best_key = g, key
-        if best == capacity:
-            b = opened
-            opened += 1
-        else:
-            b = min(by_gap[best])
-            by_gap[best].remove(b)
-            count[best] -= 1
-        rest = best - s
-        if rest > 0:
-            count[rest] += 1
-            by_gap.setdefault(rest, []).append(b)
-        assignment[i] = b
-    return assignment
 
 
 def dev_tasks() -> list[Task]:
@@ -99,29 +69,41 @@ def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> lis
     return cases
 
 
-def run_row(run_dir: Path) -> dict:
-    records = RunRecords.open(str(run_dir))
+def run_figures(run_dir: Path) -> dict:
+    """What a finished run recorded, read from its files only (nothing of the candidate runs
+    here): the test figures the runner printed, decision counts, the train rollouts it executed
+    and, when a wrapper left ``wall.txt`` beside the run, its wall time and load average."""
     summary = json.loads((run_dir / "summary.json").read_text())
     decisions = [json.loads(line) for line in (run_dir / "decisions.jsonl").read_text().splitlines()]
-    source = records.get_snapshot(summary["snapshot_id"]).text("heuristic.py")
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        dev = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    rollouts = RunRecords.open(str(run_dir)).rollouts()
     row = {
         "run": run_dir.name,
+        "snapshot_id": summary["snapshot_id"],
         "test": {r["dataset"]: r["excess_pct"] for r in summary.get("test_report", [])},
-        "dev_weibull": dev,
+        "train_rollouts": sum(1 for s in rollouts["split"].to_pylist() if s == "train"),
         "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
         "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
         "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
         "twins": sum(1 for d in decisions if d.get("reason_code") == "screen_matches_known"),
         "below_ratio": sum(1 for d in decisions if d.get("reason_code") == "gain_below_ratio"),
-        "heuristic": source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip(),
+        "decisions": decisions,
     }
     wall = run_dir / "wall.txt"
     if wall.exists():
         seconds, *load = wall.read_text().split()
         row["wall_s"], row["load"] = float(seconds), " ".join(load)
+    return row
+
+
+def run_row(run_dir: Path) -> dict:
+    """``run_figures`` plus the promoted heuristic's excess on the generated dev split."""
+    records = RunRecords.open(str(run_dir))
+    row = run_figures(run_dir)
+    source = records.get_snapshot(row["snapshot_id"]).text("heuristic.py")
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        row["dev_weibull"] = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
 
 

@@ -18,6 +18,7 @@ from rsi.errors import ConfigError
 ALGORITHMS = {
     "evaluate": "algorithms.evaluate:Evaluate",
     "darwinx": "algorithms.darwinx:DarwinX",
+    "hillclimb": "algorithms.hillclimb:HillClimb",
     "adas": "algorithms.adas:ADAS",
     "ahe": "algorithms.ahe:AHE",
     "meta": "algorithms.meta.outer:MetaEvolve",

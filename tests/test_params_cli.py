@@ -6,7 +6,7 @@ from rsi.driver.cli import main
 from rsi.registry import algorithm_class
 
 
-@pytest.mark.parametrize("name", ["darwinx", "adas", "ahe", "meta", "evaluate"])
+@pytest.mark.parametrize("name", ["darwinx", "adas", "ahe", "meta", "evaluate", "hillclimb"])
 def test_every_field_with_its_default_and_description(name, capsys):
     assert main(["params", name]) == 0
     out = capsys.readouterr().out
