@@ -357,6 +357,33 @@ def test_probe_runs_only_pure_expression_functions():
         assert not is_pure(_function(f"def f(a, b):\n    {body}\n"), names), body
 
 
+def test_a_probe_that_passes_the_syntax_check_still_runs_only_in_the_jail(monkeypatch):
+    """The syntax check admits chained integer powers (each power at most 64), which grow a
+    number past any memory: 10**64, then **64 four times more is a 445 MB integer computed for
+    minutes. The probe runs it in the jail: this process neither computes it nor grows, the jail
+    ends at its limit, and the edit counts as a change (the probe decided nothing)."""
+    import resource
+    import time
+
+    from rsi.sandbox import Limits
+    from rsi.workers import _probe
+    from rsi.workers._pyedit import ModuleNames
+
+    monkeypatch.setattr(_probe, "PROBE_LIMITS", Limits(timeout_s=3, memory_mb=512, max_procs=8))
+    bomb = _function("def f(a, b):\n    x = 10 ** 64\n    y = x ** 64\n    z = y ** 64\n    w = z ** 64\n"
+                     "    v = w ** 64\n    return a + v\n")
+    names = ModuleNames(numpy="np")
+    assert _probe.is_pure(bomb, names)
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    start = time.monotonic()
+    assert not _probe.neutral(bomb, bomb, names, set(), 1.0, "equal")
+    assert time.monotonic() - start < 30
+    assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50 * 1024, "the bomb ran in this process"
+    # the same check on a harmless function runs in the jail and finds it neutral
+    assert _probe.neutral(_function("def f(a, b):\n    return a - b\n"), _function("def f(a, b):\n    return a - b * 1\n"),
+                          names, set(), 1.0, "equal")
+
+
 def test_order_probe_redraws_neutral_edits(tmp_path):
     """Over the same seeds, the order probe leaves fewer edits of best fit that only shift or
     rescale every bin's priority alike, and says how many it redrew."""

@@ -9,20 +9,23 @@ instead of spending a measurement on it.
 Only pure expression functions are probed: assignments to plain names and ``return`` over the
 arguments, numeric literals, arithmetic, comparisons, ``where``-style selections and elementwise
 numpy/math calls. Anything else (loops, other calls, attribute reads, strings, containers, big
-integer powers) is not run at all and counts as "changed", so the probe never executes code that
-could loop, allocate without bound or reach outside the function.
+integer powers) is not run at all and counts as "changed". What passes that check still runs only
+in the rollout jail (``probe_harness.py``, one jailed process per probe: parent and child on the
+same inputs): the check keeps the probe meaningful, the jail keeps it contained.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
-import math
-import warnings
+import sys
+import tempfile
+from pathlib import Path
 from typing import Literal
 
 import numpy as np
 
+from rsi.errors import RsiError
+from rsi.sandbox import Limits
 from rsi.workers._pyedit import Function, ModuleNames, clone
 
 ProbeMode = Literal["off", "equal", "order"]
@@ -43,6 +46,10 @@ EXPRESSIONS = (ast.Name, ast.Constant, ast.BinOp, ast.UnaryOp, ast.Compare, ast.
 CONTEXT = (ast.Load, ast.Store, ast.operator, ast.unaryop, ast.cmpop, ast.boolop)
 CASES = 8  # probe calls
 LENGTH = 16  # elements of a probe array
+HARNESS = Path(__file__).resolve().parent / "probe_harness.py"
+MOUNTS = {str(HARNESS): HARNESS.name}
+# Pure arithmetic on a few short arrays: seconds and a few hundred MB are far more than enough
+PROBE_LIMITS = Limits(timeout_s=10, memory_mb=1024, max_procs=8, stdout_max_bytes=1 << 20)
 
 
 def is_pure(fn: Function, names: ModuleNames) -> bool:
@@ -146,24 +153,47 @@ def probe_inputs(fn: Function, scalars: set[str], scale: float, seed: int = 0) -
     return cases
 
 
-def _run(fn: Function, names: ModuleNames, cases: list[dict]) -> list[np.ndarray] | None:
-    namespace: dict = {"__builtins__": {n: getattr(builtins, n) for n in BUILTIN_CALLS}}
-    if names.numpy:
-        namespace[names.numpy] = np
-    if names.math:
-        namespace[names.math] = math
-    module = ast.Module(body=[_bare(fn)], type_ignores=[])
+def _run(fns: list[Function], names: ModuleNames, cases: list[dict]) -> list[list[np.ndarray] | None]:
+    """Each function's results on ``cases``, computed in the rollout jail (``probe_harness.py``):
+    the functions are candidate code, so they never run in this process, whatever the AST check
+    above allowed. None for a function that failed, and for all when the jail could not run."""
+    from rsi.sandbox import run_program
+
+    spec = {
+        "functions": [
+            ast.unparse(ast.fix_missing_locations(ast.Module(body=[_bare(fn)], type_ignores=[]))) for fn in fns
+        ],
+        "name": fns[0].name,
+        "numpy": names.numpy,
+        "math": names.math,
+        "builtins": sorted(BUILTIN_CALLS),
+        "cases": [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in c.items()} for c in cases],
+    }
     try:
-        exec(compile(ast.fix_missing_locations(module), "<probe>", "exec"), namespace)
-        func = namespace[fn.name]
-        out = []
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            for case in cases:
-                out.append(np.asarray(func(**case), dtype=float))
-        return out
-    except Exception:  # noqa: BLE001 - a probe that cannot run decides nothing
+        with tempfile.TemporaryDirectory(prefix="rsi-probe-") as tmp:
+            out = run_program([sys.executable, "-I", str(HARNESS)], Path(tmp), spec, PROBE_LIMITS, harness=MOUNTS)
+    except RsiError:  # no jail on this machine (ConfigError included): the probe decides nothing
+        return [None] * len(fns)
+    got = out.output.get("results") if out.status == "ok" and out.output else None
+    if not isinstance(got, list) or len(got) != len(fns):
+        return [None] * len(fns)
+    return [_arrays(r, len(cases)) for r in got]
+
+
+def _arrays(result: object, n: int) -> list[np.ndarray] | None:
+    """A function's results as arrays, if they are what the harness promises: ``n`` numbers or
+    flat lists of numbers (the candidate may have printed anything)."""
+    if not isinstance(result, list) or len(result) != n:
         return None
+    out = []
+    for r in result:
+        if isinstance(r, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r):
+            out.append(np.asarray(r, dtype=float))
+        elif isinstance(r, (int, float)) and not isinstance(r, bool):
+            out.append(np.asarray(float(r)))
+        else:
+            return None
+    return out
 
 
 def _bare(fn: Function) -> Function:
@@ -195,7 +225,7 @@ def neutral(
         cases = [c for c in cases if set(c) == wanted]
     if not cases:
         cases = probe_inputs(parent, scalars, scale)
-    a, b = _run(parent, names, cases), _run(child, names, cases)
+    a, b = _run([parent, child], names, cases)
     if a is None or b is None:
         return False
     if any(x.shape != y.shape for x, y in zip(a, b)):
