@@ -262,6 +262,7 @@ def test_report_gives_the_papers_figures_and_flags_failures():
     assert row["dataset"] == "OR1" and row["failed"] == 0 and row["tasks"] == 20
     assert round(row["excess_pct"], 2) == 5.81 == round(row["best_fit_pct"], 2)
     assert round(row["first_fit_pct"], 2) == 6.42 and row["funsearch_pct"] == 5.30
+    assert round(row["sum_of_squares_pct"], 2) == 13.66 and row["trained_on"] == "generated weibull"
 
     # One crashed instance: the dataset is failed, not averaged over the 19 that worked.
     broken = rows_for(b, tasks[:19], best_fit) + rows_for(b, tasks[19:], best_fit, status="error")

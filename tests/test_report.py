@@ -22,7 +22,7 @@ import yaml
 
 from rsi.driver.cli import main
 from rsi.reporting.data import RunView
-from rsi.reporting.html import build_report
+from rsi.reporting.html import build_report, fmt
 from rsi.reporting.tensorboard import crc32c, export_run, read_events
 from rsi.driver.runner import start_run
 
@@ -307,7 +307,7 @@ def test_binpack_report_has_the_baselines(tmp_path, ray_session):
     assert row["dataset"] == "OR1" and row["funsearch_pct"] == 5.3
     cells = re.findall(r"<td[^>]*>([^<]*)</td>", section(page, "test"))
     assert cells == ["OR1", f"{row['excess_pct']:.4f}", "1", "1", "0", f"{row['first_fit_pct']:.4f}",
-                     f"{row['best_fit_pct']:.4f}", "5.3000"]
+                     f"{row['best_fit_pct']:.4f}", "5.3000", fmt(row["sum_of_squares_pct"]), "generated weibull"]
 
 
 def test_meta_report_has_the_source_target_scatter(tmp_path, ray_session):
