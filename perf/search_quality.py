@@ -23,16 +23,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import warnings
+import sys
+import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from benchmarks.binpack import BinPack, BinPackParams
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
-from benchmarks.binpack.online import best_fit, first_fit, l1_bound, open_bins, pack, place
+from benchmarks.binpack.lockstep import PackingDialogue
+from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
 from benchmarks.binpack.sum_of_squares import sum_of_squares
 from rsi.benchmark import Task
 from rsi.records import RunRecords
+from rsi.sandbox import Limits, run_program
 
 PROBE_SEED = 40_000  # the probe instance; train draws from 30_000 + i, dev from 31_000 + i
 
@@ -48,10 +52,27 @@ def dev_tasks() -> list[Task]:
     return generated("weibull", "dev")
 
 
-def priority_of(source: str):
-    namespace: dict = {}
-    exec(compile(source, "heuristic.py", "exec"), namespace)
-    return namespace["priority"]
+def jailed_excess(tasks: list[Task], checkout: Path) -> float:
+    """Percent excess bins over L1 of the heuristic in ``checkout`` on ``tasks``, packed the way
+    a rollout packs: the lockstep harness in the rollout jail (the promoted heuristic is
+    candidate code; it never runs in this process)."""
+    bench = BinPack(BinPackParams(name="binpack"))
+    used = bound = 0
+    for t in tasks:
+        items, capacity = t.input["items"], t.input["capacity"]
+        out = run_program(
+            [sys.executable, str(bench.harness.resolve())],
+            checkout,
+            None,
+            Limits(timeout_s=600),
+            harness=bench.harness_mounts(),
+            dialogue=PackingDialogue(items, capacity),
+        )
+        if out.status != "ok" or out.output is None:
+            raise RuntimeError(f"{t.task_id}: the heuristic ended {out.status}: {out.reason}")
+        used += count_bins(items, capacity, out.output["assignment"])
+        bound += l1_bound(items, capacity)
+    return 100.0 * (used - bound) / bound
 
 
 def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> list[dict]:
@@ -99,10 +120,10 @@ def run_row(run_dir: Path) -> dict:
     """``run_figures`` plus the promoted heuristic's excess on the generated dev split."""
     records = RunRecords.open(str(run_dir))
     row = run_figures(run_dir)
-    source = records.get_snapshot(row["snapshot_id"]).text("heuristic.py")
-    with warnings.catch_warnings(), np.errstate(all="ignore"):
-        warnings.simplefilter("ignore")
-        row["dev_weibull"] = excess(dev_tasks(), lambda items, cap: pack(items, cap, priority_of(source)))
+    snapshot = records.get_snapshot(row["snapshot_id"])
+    source = snapshot.text("heuristic.py")
+    with tempfile.TemporaryDirectory(prefix="rsi-quality-") as tmp:
+        row["dev_weibull"] = jailed_excess(dev_tasks(), snapshot.materialize(Path(tmp) / "checkout"))
     row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
 
