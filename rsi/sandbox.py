@@ -61,6 +61,7 @@ process that escapes the process group with setsid can outlive the rollout.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import functools
@@ -77,7 +78,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -248,10 +249,11 @@ def run_program(
                 _open_to_others(cwd)
             private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), home)
         sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
-        proc = _start(argv, cwd, sandbox_env, limits, slot, dict(harness or {}) if jailed else None, binds)
-        if isinstance(proc, Outcome):
-            return proc
-        run = _Pump(proc, payload, limits, functools.partial(_kill_all, proc.pid, slot), dialogue).run()
+        with _one_cpu(dialogue is not None):
+            proc = _start(argv, cwd, sandbox_env, limits, slot, dict(harness or {}) if jailed else None, binds)
+            if isinstance(proc, Outcome):
+                return proc
+            run = _Pump(proc, payload, limits, functools.partial(_kill_all, proc.pid, slot), dialogue).run()
         if jailed and run.returncode is not None:
             run.returncode = jail.exit_code(run.returncode)
     finally:
@@ -314,6 +316,37 @@ def _outcome(run: _Run, limits: Limits, required_keys: Iterable[str], dialogue: 
         stderr_tail=_tail(run.stderr),
         reason=reason,
     )
+
+
+@contextlib.contextmanager
+def _one_cpu(enabled: bool) -> Iterator[None]:
+    """A dialogue's two sides on one CPU: this thread, and the child started inside (which
+    inherits the affinity). They take strict turns, so they never need two CPUs at once, and a
+    hand-over on one CPU is a plain context switch, where across CPUs every message waits for the
+    other one to wake (an inter-processor interrupt; in a VM, an exit to the hypervisor): 6 µs
+    against about 50 µs per round trip on the machines measured. The CPU is the one this thread
+    runs on now, which the scheduler chose; the thread gets its own affinity back afterwards."""
+    before = _pin_to_current_cpu() if enabled else None
+    try:
+        yield
+    finally:
+        if before is not None:
+            os.sched_setaffinity(0, before)
+
+
+def _pin_to_current_cpu() -> set[int] | None:
+    """Pin the calling thread to the CPU it runs on; its previous affinity, or None if nothing
+    was changed (no affinity support, one CPU allowed anyway, the CPU unknown)."""
+    try:
+        before = os.sched_getaffinity(0)
+        with open("/proc/thread-self/stat", "rb") as f:
+            cpu = int(f.read().rsplit(b")", 1)[1].split()[36])  # field 39, "processor"
+        if len(before) < 2 or cpu not in before:
+            return None
+        os.sched_setaffinity(0, {cpu})
+        return before
+    except (AttributeError, OSError, ValueError, IndexError):  # not Linux, or no /proc
+        return None
 
 
 def _first_input(argv: list[str], cwd: Path, stdin_obj: Any, dialogue: Dialogue | None) -> bytes:

@@ -1,6 +1,7 @@
 """Bin packing: the shared skeleton reproduces the FunSearch paper's Table 1, the sandboxed
 skeleton script agrees with it bin for bin, and scoring trusts nothing a candidate prints."""
 
+import json
 import math
 import pickle
 import shutil
@@ -334,3 +335,35 @@ def test_published_heuristics_give_their_figures_through_the_jailed_lockstep(tmp
 def test_funsearch_weibull_heuristic_reproduces_its_published_figure():
     excess = heuristic_excess(load_test_set("Weibull 5k"), _heuristic_from(FUNSEARCH_WEIBULL_SOURCE))
     assert round(100 * excess["Weibull 5k"], 2) == 0.68
+
+
+AFFINITY_PROBE = '''import os, sys
+import numpy as np
+
+def priority(item, bins):
+    if not hasattr(priority, "seen"):
+        priority.seen = sorted(os.sched_getaffinity(0))
+        sys.stderr.write(f"affinity {priority.seen}\\n")
+    return -(bins - item)
+'''
+
+
+@pytest.mark.skipif(len(getattr(__import__("os"), "sched_getaffinity", lambda _: [])(0)) < 2,
+                    reason="needs a machine with two CPUs or more")
+def test_a_lockstep_rollout_shares_one_cpu_with_its_caller_and_the_caller_gets_its_cpus_back(tmp_path):
+    """The two sides of a dialogue take strict turns, so they run on one CPU (a hand-over there
+    is a context switch, not a cross-CPU wake-up); the caller's thread is unpinned afterwards,
+    and the packing is the one best fit makes."""
+    import os
+
+    before = os.sched_getaffinity(0)
+    (tmp_path / "src").mkdir()
+    (tmp_path / "src" / "heuristic.py").write_text(AFFINITY_PROBE)
+    task = load_test_set("OR1")[0]
+    out, _ = run_skeleton(tmp_path / "src", task, tmp_path / "work")
+    assert out.status == "ok", out.reason + out.stderr_tail
+    seen = [line for line in out.stderr_tail.splitlines() if line.startswith("affinity ")]
+    assert len(seen) == 1 and len(json.loads(seen[0].split(" ", 1)[1])) == 1, seen
+    assert os.sched_getaffinity(0) == before
+    items, cap = task.input["items"], task.input["capacity"]
+    assert out.output["assignment"] == pack(items, cap, best_fit).tolist()
