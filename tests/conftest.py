@@ -75,3 +75,13 @@ def docker_host(docker_engine, monkeypatch):
     yield docker_engine
     jail_docker.client.cache_clear()
     sandbox._probe_docker.cache_clear()
+
+
+@pytest.fixture(params=["bwrap", "docker"])
+def jail_backend(request) -> str:
+    """Each jail a rollout may run in: bubblewrap, and the same contract in a Docker container
+    (whose engine ``docker_host`` provides for the test)."""
+    if request.param == "docker":
+        request.getfixturevalue("docker_host")
+    return request.param
+

@@ -35,15 +35,11 @@ REPO = Path(__file__).resolve().parents[2]
 BACKEND = "bwrap"  # the jail every attack below runs against; the fixture switches it
 
 
-@pytest.fixture(autouse=True, params=["bwrap", "docker"])
-def backend(request):
-    """Every attack runs against both jails: bubblewrap, and the same contract in a Docker container."""
-    global BACKEND
-    if request.param == "docker":
-        request.getfixturevalue("docker_host")
-    BACKEND = request.param
-    yield request.param
-    BACKEND = "bwrap"
+@pytest.fixture(autouse=True)
+def backend(jail_backend, monkeypatch):
+    """Every attack runs against both jails."""
+    monkeypatch.setitem(globals(), "BACKEND", jail_backend)
+    return jail_backend
 
 
 def table_target(tmp_path: Path, **limits) -> ProgramTarget:

@@ -188,14 +188,6 @@ def test_hostile_rules_run_only_in_the_jail_through_the_outer_loop(tmp_path, hos
 
 
 # ---- the policy target's rollouts ----------------------------------------------------------------
-@pytest.fixture(params=["bwrap", "docker"])
-def backend(request) -> str:
-    """The rollout-level attacks run in both jails: bubblewrap, and the same contract in Docker."""
-    if request.param == "docker":
-        request.getfixturevalue("docker_host")
-    return request.param
-
-
 def target(budget: int = 15, **limits) -> PolicyTarget:
     bench = LandscapeBenchmark(MetaParams(name="meta_landscape", holdout=4, budget=budget))
     return PolicyTarget(TargetConfig(path=".", kind="policy", limits={"timeout_s": 20, **limits}), bench)
@@ -209,8 +201,8 @@ def rollouts(tmp_path: Path, source: str, tgt: PolicyTarget | None = None):
     return tgt.run_many(work, [(t, 0, 0) for t in tgt.benchmark.split("train")])
 
 
-def test_rollouts_of_a_hostile_rule_fail_in_the_jail_with_the_reason(tmp_path, host, backend):
-    results = rollouts(tmp_path, attack_source(host, "select"), target(backend=backend))
+def test_rollouts_of_a_hostile_rule_fail_in_the_jail_with_the_reason(tmp_path, host, jail_backend):
+    results = rollouts(tmp_path, attack_source(host, "select"), target(backend=jail_backend))
     assert [r.status for r in results] == ["error"] * 4 and all(r.score == 0.0 for r in results)
     for r in results:
         assert r.trace["detail"]["error"].startswith("selection policy raised ValueError: attack {")
@@ -251,8 +243,8 @@ class Newest:
         return tree.nodes[-1]
 
 
-def test_a_rule_tampering_with_its_score_gets_the_honest_score(tmp_path, backend):
-    tgt = target(budget=20, backend=backend)
+def test_a_rule_tampering_with_its_score_gets_the_honest_score(tmp_path, jail_backend):
+    tgt = target(budget=20, backend=jail_backend)
     results = rollouts(tmp_path, TAMPER, tgt)
     honest = [auc(run_inner(Newest(), "landscape-source", t.input["instance"], t.input["seed"], 20))
               for t in tgt.benchmark.split("train")]
@@ -280,8 +272,8 @@ class Policy:
 '''
 
 
-def test_a_rule_forging_answers_breaks_only_its_own_batch(tmp_path, backend):
-    results = rollouts(tmp_path, FORGER, target(backend=backend))
+def test_a_rule_forging_answers_breaks_only_its_own_batch(tmp_path, jail_backend):
+    results = rollouts(tmp_path, FORGER, target(backend=jail_backend))
     assert {r.status for r in results} == {"protocol_error"} and all(r.score == 0.0 for r in results)
     assert "the jail ended protocol_error" in results[0].trace["detail"]["error"]
 

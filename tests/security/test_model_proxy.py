@@ -72,15 +72,11 @@ def key(monkeypatch):
 BACKEND = "bwrap"  # the jail the harness runs in; the fixture switches it
 
 
-@pytest.fixture(autouse=True, params=["bwrap", "docker"])
-def backend(request):
-    """Every proxy attack runs in both jails: bubblewrap, and the same contract in a Docker container."""
-    global BACKEND
-    if request.param == "docker":
-        request.getfixturevalue("docker_host")
-    BACKEND = request.param
-    yield request.param
-    BACKEND = "bwrap"
+@pytest.fixture(autouse=True)
+def backend(jail_backend, monkeypatch):
+    """Every proxy attack runs in both jails."""
+    monkeypatch.setitem(globals(), "BACKEND", jail_backend)
+    return jail_backend
 
 
 @pytest.fixture(scope="module")
