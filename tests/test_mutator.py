@@ -384,6 +384,22 @@ def test_a_probe_that_passes_the_syntax_check_still_runs_only_in_the_jail(monkey
                           names, set(), 1.0, "equal")
 
 
+def test_the_jailed_probe_compares_nan_and_infinite_results_as_numbers():
+    """Results the jail sends that JSON cannot hold (NaN, infinities) come back as numbers: an
+    edit that keeps a NaN or an infinity where its parent has one is neutral, one that changes
+    it is not."""
+    from rsi.workers._probe import neutral
+    from rsi.workers._pyedit import ModuleNames
+
+    names = ModuleNames(numpy="np")
+    parent = _function("def f(a, b):\n    return np.sqrt(a - b) + 1 / (b - 3)\n")
+    cases = [{"a": 2.0, "b": np.array([1.0, 3.0, 5.0])}, {"a": 3.0, "b": np.array([4.0, 1.0, 0.0])}]
+    same = _function("def f(a, b):\n    return np.sqrt(a - b) * 1 + 1 / (b - 3)\n")
+    other = _function("def f(a, b):\n    return np.sqrt(np.abs(a - b)) + 1 / (b - 3)\n")
+    assert neutral(parent, same, names, {"a"}, 1.0, "equal", cases)
+    assert not neutral(parent, other, names, {"a"}, 1.0, "equal", cases)
+
+
 def test_order_probe_redraws_neutral_edits(tmp_path):
     """Over the same seeds, the order probe leaves fewer edits of best fit that only shift or
     rescale every bin's priority alike, and says how many it redrew."""

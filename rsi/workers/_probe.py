@@ -47,6 +47,7 @@ CONTEXT = (ast.Load, ast.Store, ast.operator, ast.unaryop, ast.cmpop, ast.boolop
 CASES = 8  # probe calls
 LENGTH = 16  # elements of a probe array
 HARNESS = Path(__file__).resolve().parent / "probe_harness.py"
+NON_FINITE = ("nan", "inf", "-inf")  # how the harness writes the results JSON cannot hold
 MOUNTS = {str(HARNESS): HARNESS.name}
 # Pure arithmetic on a few short arrays: seconds and a few hundred MB are far more than enough
 PROBE_LIMITS = Limits(timeout_s=10, memory_mb=1024, max_procs=8, stdout_max_bytes=1 << 20)
@@ -187,13 +188,18 @@ def _arrays(result: object, n: int) -> list[np.ndarray] | None:
         return None
     out = []
     for r in result:
-        if isinstance(r, list) and all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in r):
-            out.append(np.asarray(r, dtype=float))
-        elif isinstance(r, (int, float)) and not isinstance(r, bool):
+        if isinstance(r, list) and all(_number(v) for v in r):
+            out.append(np.asarray([float(v) for v in r], dtype=float))
+        elif _number(r):
             out.append(np.asarray(float(r)))
         else:
             return None
     return out
+
+
+def _number(v: object) -> bool:
+    """A finite JSON number, or NaN or an infinity as the harness spells them."""
+    return (isinstance(v, (int, float)) and not isinstance(v, bool)) or v in NON_FINITE
 
 
 def _bare(fn: Function) -> Function:

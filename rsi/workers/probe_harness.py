@@ -4,8 +4,8 @@ the same inputs and prints their results.
 Jailed script (see ``rsi.workers._probe``): stdin holds one JSON object ``{"functions": [source,
 ...], "name": function name, "numpy": alias or null, "math": alias or null, "builtins": [names],
 "cases": [{argument: number or list of numbers}, ...]}``; stdout gets ``{"results": [[result per
-case] or null per function]}``, a result being a number or a list of numbers (NaN and infinities
-as JSON's extended literals, which the trusted side parses). A function that raises on any case
+case] or null per function]}``, a result being a number or a list of numbers (NaN and the
+infinities as the strings "nan", "inf", "-inf": the sandbox accepts finite JSON numbers only). A function that raises on any case
 gets null. It imports nothing of this project: it is mounted alone under ``/harness``.
 """
 
@@ -29,11 +29,20 @@ def results(source, name, spec, cases):
         func = namespace[name]
         out = []
         for case in cases:
-            args = {k: np.asarray(v, dtype=float) if isinstance(v, list) else v for k, v in case.items()}
-            out.append(np.asarray(func(**args), dtype=float).tolist())
+            # lists become arrays of their own type, as the mutator built them (ints stay ints)
+            args = {k: np.asarray(v) if isinstance(v, list) else v for k, v in case.items()}
+            out.append(_wire(np.asarray(func(**args), dtype=float).tolist()))
         return out
     except Exception:  # a probe that cannot run decides nothing
         return None
+
+
+def _wire(value):
+    """A result as the trusted side reads it: JSON allows finite numbers only, so NaN and the
+    infinities travel as the strings "nan", "inf" and "-inf"."""
+    if isinstance(value, list):
+        return [_wire(v) for v in value]
+    return value if math.isfinite(value) else str(value)
 
 
 def main():
