@@ -38,7 +38,7 @@ import shutil
 import stat
 import subprocess
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 from rsi.errors import ConfigError
@@ -249,23 +249,33 @@ def _staged_first(staged: list[tuple[str, str]], cmd: list[str]) -> list[str]:
     ]
 
 
+def checkout_entries(root: Path) -> Iterator[tuple[str, str | None]]:
+    """The tree at ``root`` as the jail recreates it: ``(relative path, None)`` for a directory,
+    ``(relative path, host path)`` for a regular file, each directory's subdirectories before its
+    files, sorted. Links and special files are left out (snapshots hold regular files only)."""
+    for dirpath, dirnames, filenames in os.walk(root):
+        rel_dir = os.path.relpath(dirpath, root)
+        for d in sorted(dirnames):
+            yield os.path.normpath(os.path.join(rel_dir, d)), None
+        for f in sorted(filenames):
+            path = os.path.join(dirpath, f)
+            if not os.path.islink(path) and os.path.isfile(path):
+                yield os.path.normpath(os.path.join(rel_dir, f)), path
+
+
 def _copy_in(root: Path, fds: list[int]) -> list[str]:
     """bubblewrap arguments that recreate the tree at ``root`` under ``/checkout``: each
     directory made, each file copied from a descriptor opened now (as the caller, so a root
     caller's 0700 checkout needs no change of owner), executables kept executable."""
     args: list[str] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        rel_dir = os.path.relpath(dirpath, root)
-        for d in sorted(dirnames):
-            args += ["--dir", f"{CHECKOUT}/{os.path.normpath(os.path.join(rel_dir, d))}"]
-        for f in sorted(filenames):
-            path = os.path.join(dirpath, f)
-            if os.path.islink(path) or not os.path.isfile(path):
-                continue  # snapshots hold regular files only
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            fds.append(fd)
-            mode = "0755" if os.stat(fd).st_mode & stat.S_IXUSR else "0644"
-            args += ["--perms", mode, "--file", str(fd), f"{CHECKOUT}/{os.path.normpath(os.path.join(rel_dir, f))}"]
+    for rel, path in checkout_entries(root):
+        if path is None:
+            args += ["--dir", f"{CHECKOUT}/{rel}"]
+            continue
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        fds.append(fd)
+        mode = "0755" if os.stat(fd).st_mode & stat.S_IXUSR else "0644"
+        args += ["--perms", mode, "--file", str(fd), f"{CHECKOUT}/{rel}"]
     return args
 
 

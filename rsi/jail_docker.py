@@ -197,25 +197,21 @@ def start(
 
 
 def _checkout_tar(root: Path) -> bytes:
-    """The checkout's regular files and directories as a tar owned by the jail's uid."""
+    """The checkout's regular files and directories (``jail.checkout_entries``, as the
+    bubblewrap jail copies them) as a tar owned by the jail's uid."""
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w") as tar:
-        for dirpath, dirnames, filenames in os.walk(root):
-            rel_dir = os.path.relpath(dirpath, root)
-            for d in sorted(dirnames):
-                info = tarfile.TarInfo(os.path.normpath(os.path.join(rel_dir, d)))
-                info.type, info.mode, info.uid, info.gid = tarfile.DIRTYPE, 0o755, JAIL_UID, JAIL_UID
+        for rel, path in jail.checkout_entries(root):
+            info = tarfile.TarInfo(rel)
+            info.uid = info.gid = JAIL_UID
+            if path is None:
+                info.type, info.mode = tarfile.DIRTYPE, 0o755
                 tar.addfile(info)
-            for f in sorted(filenames):
-                path = os.path.join(dirpath, f)
-                if os.path.islink(path) or not os.path.isfile(path):
-                    continue  # snapshots hold regular files only
-                with open(path, "rb") as fh:
-                    st = os.fstat(fh.fileno())
-                    info = tarfile.TarInfo(os.path.normpath(os.path.join(rel_dir, f)))
-                    info.size, info.uid, info.gid = st.st_size, JAIL_UID, JAIL_UID
-                    info.mode = 0o755 if st.st_mode & stat.S_IXUSR else 0o644
-                    tar.addfile(info, fh)
+                continue
+            with open(path, "rb") as fh:
+                st = os.fstat(fh.fileno())
+                info.size, info.mode = st.st_size, 0o755 if st.st_mode & stat.S_IXUSR else 0o644
+                tar.addfile(info, fh)
     return buf.getvalue()
 
 
