@@ -242,13 +242,10 @@ def run_program(
     try:
         if home is None:  # jailed: the jail's private /tmp is the home
             jail.probe(_probe_uid() if slot is not None else None)  # once per process
-            private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), "/tmp")
-        else:
-            if slot is not None:
-                os.chown(home, slot.uid, slot.uid)
-                _open_to_others(cwd)
-            private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), home)
-        sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
+        elif slot is not None:
+            os.chown(home, slot.uid, slot.uid)
+            _open_to_others(cwd)
+        sandbox_env = _rollout_env(home or "/tmp", env_passthrough, env)
         with _one_cpu(dialogue is not None):
             proc = _start(argv, cwd, sandbox_env, limits, slot, dict(harness or {}) if jailed else None, binds)
             if isinstance(proc, Outcome):
@@ -280,11 +277,10 @@ def _run_in_container(
     container and its checkout volume are removed whatever happened."""
     if probe:
         _probe_docker()  # once per process
-    exe = _resolve(argv[0], cwd, os.environ.get("PATH", os.defpath))
+    sandbox_env = _rollout_env("/tmp", env_passthrough, env)  # the container's private /tmp
+    exe = _resolve(argv[0], cwd, sandbox_env.get("PATH", os.defpath))
     if exe is None:
         return _cannot_start(argv[0], cwd, "not found or not executable")
-    private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), "/tmp")
-    sandbox_env = scrubbed_env(env_passthrough, {**private, **(env or {})})
     proc = jail_docker.start([exe, *argv[1:]], cwd, sandbox_env, limits, dict(harness or {}), binds)
     try:
         return _Pump(proc, payload, limits, proc.kill, dialogue).run()  # type: ignore[arg-type]
@@ -292,14 +288,21 @@ def _run_in_container(
         proc.remove()
 
 
+def _rollout_env(home: str, passthrough: Iterable[str], extra: Mapping[str, str] | None) -> dict[str, str]:
+    """The candidate's environment, with ``home`` as its HOME and temporary directory."""
+    private = dict.fromkeys(("HOME", "TMPDIR", "TEMP", "TMP"), home)
+    return scrubbed_env(passthrough, {**private, **(extra or {})})
+
+
 @functools.cache
 def _probe_docker() -> None:
     """Run the interpreter in one container the way a rollout will, or raise ``JailUnavailable``
     naming what is missing (no engine, no SDK, containers that do not start)."""
+    limits = Limits(timeout_s=60)
     with tempfile.TemporaryDirectory(prefix="rsi-docker-probe-") as tmp:
         argv = [sys.executable, "-c", "import json, os; print(json.dumps({'uid': os.getuid()}))"]
-        run = _run_in_container(argv, Path(tmp), b"", Limits(timeout_s=60), (), None, None, None, None, probe=False)
-    out = run if isinstance(run, Outcome) else _outcome(run, Limits(timeout_s=60), (), None)
+        run = _run_in_container(argv, Path(tmp), b"", limits, (), None, None, None, None, probe=False)
+    out = run if isinstance(run, Outcome) else _outcome(run, limits, (), None)
     if out.status != "ok" or out.output != {"uid": jail.JAIL_UID}:
         why = out.reason or out.stderr_tail[-200:]
         raise jail_docker.unavailable(f"containers that run the interpreter (a probe ended {out.status}: {why})")

@@ -25,7 +25,7 @@ from typing import Literal
 import numpy as np
 
 from rsi.errors import RsiError
-from rsi.sandbox import Limits
+from rsi.sandbox import Limits, run_program
 from rsi.workers._pyedit import Function, ModuleNames, clone
 
 ProbeMode = Literal["off", "equal", "order"]
@@ -158,8 +158,6 @@ def _run(fns: list[Function], names: ModuleNames, cases: list[dict]) -> list[lis
     """Each function's results on ``cases``, computed in the rollout jail (``probe_harness.py``):
     the functions are candidate code, so they never run in this process, whatever the AST check
     above allowed. None for a function that failed, and for all when the jail could not run."""
-    from rsi.sandbox import run_program
-
     spec = {
         "functions": [
             ast.unparse(ast.fix_missing_locations(ast.Module(body=[_bare(fn)], type_ignores=[]))) for fn in fns
