@@ -72,6 +72,17 @@ def excess(source: str, instances: list[list[int]]) -> float:
     return 100.0 * (used - bound) / bound
 
 
+def edited(worker: MutatorWorker, checkout: Path, source: str, probe_file: Path | None) -> str:
+    """One mutator edit of ``source``, made in a fresh ``checkout`` (with the probe's inputs)."""
+    shutil.rmtree(checkout, ignore_errors=True)
+    checkout.mkdir()
+    (checkout / "heuristic.py").write_text(source)
+    if probe_file is not None:
+        shutil.copy(probe_file, checkout / "probe.json")
+    worker.edit(checkout, "improve the priority function")
+    return (checkout / "heuristic.py").read_text()
+
+
 def climb(
     run: int,
     evals: int,
@@ -86,13 +97,7 @@ def climb(
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(evals):
-            shutil.rmtree(checkout, ignore_errors=True)
-            checkout.mkdir()
-            (checkout / "heuristic.py").write_text(best)
-            if probe_file is not None:
-                shutil.copy(probe_file, checkout / "probe.json")
-            worker.edit(checkout, "improve the priority function")
-            child = (checkout / "heuristic.py").read_text()
+            child = edited(worker, checkout, best, probe_file)
             score = excess(child, train)
             if score < best_score:  # strict, as a gain > 0 gate
                 best, best_score = child, score

@@ -13,26 +13,20 @@ total), or a crash.
 from __future__ import annotations
 
 import argparse
-import shutil
 import tempfile
 import warnings
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
+from mutator_binpack import edited, train_instances  # the same edits on the same instances
 
-from benchmarks.binpack.instances import sample_items
 from benchmarks.binpack.online import pack
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
 
 SEED = (Path(__file__).resolve().parents[1] / "targets" / "binpack_bestfit" / "heuristic.py").read_text()
-
-
-def train_instances(count: int, items: int) -> list[list[int]]:
-    """The instances ``perf/mutator_binpack.py`` trains on (seeds 90000 + i)."""
-    return [sample_items("weibull", np.random.default_rng(90_000 + i), items).tolist() for i in range(count)]
 
 
 def packings(source: str, instances: list[list[int]]) -> list[np.ndarray] | None:
@@ -57,13 +51,7 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(edits):
-            shutil.rmtree(checkout, ignore_errors=True)
-            checkout.mkdir()
-            (checkout / "heuristic.py").write_text(SEED)
-            if probe_file is not None:
-                shutil.copy(probe_file, checkout / "probe.json")
-            worker.edit(checkout, "improve the priority function")
-            child = (checkout / "heuristic.py").read_text()
+            child = edited(worker, checkout, SEED, probe_file)
             if child in seen:
                 out["repeat"] += 1
                 continue
