@@ -51,7 +51,7 @@ _GO = b"\n"  # releases the start script once the checkout has been copied in
 # The start script sets the address-space limit (the engine has no RLIMIT_AS), waits for the
 # line that says the checkout is in place (sh reads a pipe one byte at a time, so the candidate's
 # stdin starts right after it) and becomes the candidate.
-_START = 'ulimit -v "$RSI_AS_KB" && read -r _ && exec "$@"'
+_START = 'ulimit -v {as_kb} && read -r _ && exec "$@"'
 
 
 def unavailable(why: str) -> JailUnavailable:
@@ -127,7 +127,7 @@ def container_args(
     cpu = limits.cpu_limit_s
     return {
         "image": BASE_IMAGE,
-        "command": ["/bin/sh", "-c", _START.replace("$RSI_AS_KB", str(limits.memory_mb * 1024)), "rsi-jail", *argv],
+        "command": ["/bin/sh", "-c", _START.format(as_kb=limits.memory_mb * 1024), "rsi-jail", *argv],
         "working_dir": CHECKOUT,
         "user": f"{JAIL_UID}:{JAIL_UID}",
         "environment": dict(env),
@@ -175,7 +175,7 @@ def start(
         driver_opts={"type": "tmpfs", "device": "tmpfs", "o": f"size={limits.tmpfs_mb}m,uid={JAIL_UID},mode=0700"},
         labels={LABEL: "1"},
     )
-    proc = None
+    container = proc = None
     try:
         args = container_args(jail.translate(argv, checkout, harness), env, limits, harness, binds or {})
         from docker.types import Mount
@@ -191,7 +191,9 @@ def start(
     except BaseException:
         if proc is not None:
             proc.remove()
-        else:
+        else:  # made, but not attached: nothing relays it yet
+            if container is not None:
+                container.remove(force=True)
             volume.remove(force=True)
         raise
 
