@@ -4,7 +4,9 @@ Each of ``--edits`` edits starts from the quickstart's best-fit heuristic (with 
 the child packs 2 generated Weibull instances of 1000 items (``mutator_binpack``'s training
 seeds, apart from the benchmark's train, dev and test). An edit is a repeat (the same text as an
 earlier edit), neutral (the very same bins as best fit), better or worse (fewer or more bins in
-total), or a crash.
+total), or a crash. "large": a better edit that also removes at least half of best fit's excess bins over
+the L1 bound, the kind of step that decides a quickstart seed (a band or ``where`` rule that
+changes how gaps are left, not a nudge of best fit).
 
     .venv/bin/python perf/mutator_edit_shares.py --edits 800 --seed 0 --probe order \\
         --probe-inputs targets/binpack_bestfit/probe.json
@@ -45,6 +47,7 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
     base = packings(SEED, train)
     assert base is not None
     base_bins = sum(np.unique(a).size for a in base)
+    l1 = sum(-(-sum(items) // CAPACITY) for items in train)
     worker = MutatorWorker(config, base_dir=Path("."), seed=seed)
     seen: set[str] = set()
     out: Counter = Counter()
@@ -62,7 +65,9 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
             elif all(np.array_equal(a, b) for a, b in zip(got, base)):
                 out["neutral"] += 1
             else:
-                out["better" if sum(np.unique(a).size for a in got) < base_bins else "worse"] += 1
+                bins = sum(np.unique(a).size for a in got)
+                out["better" if bins < base_bins else "worse"] += 1
+                out["large"] += bins - l1 <= (base_bins - l1) / 2
     return out
 
 
@@ -80,8 +85,9 @@ def main() -> None:
     measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
     print(
         f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, seed {args.seed}: "
-        + ", ".join(f"{k} {got[k]}" for k in ("repeat", "neutral", "better", "worse", "crash"))
+        + ", ".join(f"{k} {got[k]}" for k in ("repeat", "neutral", "better", "worse", "crash", "large"))
         + f"; better per distinct edit {100 * got['better'] / max(measured, 1):.1f}%"
+        + f", large {100 * got['large'] / max(measured, 1):.2f}%"
     )
 
 
