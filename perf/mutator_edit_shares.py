@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from mutator_binpack import edited, train_instances  # the same edits on the same instances
 
-from benchmarks.binpack.online import pack
+from benchmarks.binpack.online import l1_bound, pack
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
@@ -47,7 +47,7 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
     base = packings(SEED, train)
     assert base is not None
     base_bins = sum(np.unique(a).size for a in base)
-    l1 = sum(-(-sum(items) // CAPACITY) for items in train)
+    l1 = sum(l1_bound(items, CAPACITY) for items in train)
     worker = MutatorWorker(config, base_dir=Path("."), seed=seed)
     seen: set[str] = set()
     out: Counter = Counter()
