@@ -18,7 +18,7 @@ import warnings
 import numpy as np
 
 
-def results(source, name, spec, cases):
+def results(source, spec):
     namespace = {"__builtins__": {n: getattr(builtins, n) for n in spec["builtins"]}}
     if spec["numpy"]:
         namespace[spec["numpy"]] = np
@@ -26,9 +26,9 @@ def results(source, name, spec, cases):
         namespace[spec["math"]] = math
     try:
         exec(compile(source, "<probe>", "exec"), namespace)
-        func = namespace[name]
+        func = namespace[spec["name"]]
         out = []
-        for case in cases:
+        for case in spec["cases"]:
             # lists become arrays of their own type, as the mutator built them (ints stay ints)
             args = {k: np.asarray(v) if isinstance(v, list) else v for k, v in case.items()}
             out.append(_wire(np.asarray(func(**args), dtype=float).tolist()))
@@ -49,7 +49,7 @@ def main():
     spec = json.load(sys.stdin)
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        found = [results(src, spec["name"], spec, spec["cases"]) for src in spec["functions"]]
+        found = [results(src, spec) for src in spec["functions"]]
     sys.stdout.write(json.dumps({"results": found}) + "\n")
 
 
