@@ -13,13 +13,13 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.binpack import BinPack, BinPackParams, baselines, heuristic_excess
-from benchmarks.binpack.instances import published_baselines, load_test_set
+from benchmarks.binpack.instances import load_test_set, published_baselines
+from benchmarks.binpack.lockstep import PackingDialogue
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, pack
 from rsi.benchmark import Task
 from rsi.components import Components
 from rsi.results import rows_to_table
 from rsi.sandbox import Limits, run_program
-from benchmarks.binpack.lockstep import PackingDialogue
 
 ROOT = Path(__file__).resolve().parents[1]
 SKELETON = ROOT / "benchmarks" / "binpack" / "skeleton.py"
@@ -227,6 +227,42 @@ def test_generated_splits_follow_the_protocol_and_are_deterministic(family, size
         assert all_items.min() == 20 and all_items.max() == 100
 
 
+@pytest.mark.parametrize("family, n", [("or", 250), ("weibull", 5000)])
+def test_the_fresh_sample_is_large_and_apart_from_train_and_dev(family, n):
+    """The reports' held-out sample: 100 instances of the dev size that share none with the
+    splits a run searches (train) or levers are chosen on (dev)."""
+    from benchmarks.binpack.instances import generated
+
+    fresh = generated(family, "fresh")
+    assert len(fresh) == 100 and all(len(t.input["items"]) == n for t in fresh)
+    assert fresh[0].meta["dataset"] == f"fresh-{family}" and fresh == generated(family, "fresh")
+    seen = {tuple(t.input["items"]) for split in ("train", "dev") for t in generated(family, split)}
+    assert seen.isdisjoint(tuple(t.input["items"]) for t in fresh)
+    assert len({tuple(t.input["items"]) for t in fresh}) == 100
+
+
+def test_more_train_instances_extend_the_protocols_train_and_leave_dev_alone():
+    base, more = bench(train="weibull"), bench(train="weibull", train_instances=8)
+    assert len(more.split("train")) == 8 and more.split("train")[:5] == base.split("train")
+    assert more.split("dev") == base.split("dev") and more.split("test") == base.split("test")
+    with pytest.raises(ValueError, match="train_instances"):
+        bench(train="weibull", train_instances=1000 + 1)
+
+
+def test_train_items_lengthen_or_mix_the_instance_sizes():
+    base, longer = bench(train="or"), bench(train="or", train_items=1000)
+    for short, long in zip(base.split("train"), longer.split("train"), strict=True):
+        assert len(long.input["items"]) == 1000 and long.input["items"][:120] == short.input["items"]
+        assert long.meta["l1"] == math.ceil(sum(long.input["items"]) / 150)
+    assert longer.split("dev") == base.split("dev")
+    mixed = bench(train="or", train_items=[120, 1000], train_instances=4).split("train")
+    assert [len(t.input["items"]) for t in mixed] == [120, 1000, 120, 1000]
+    assert mixed[0] == base.split("train")[0] and mixed[1] == longer.split("train")[1]
+    for bad in (5, [120, 5], []):
+        with pytest.raises(ValueError, match="train_items"):
+            bench(train="or", train_items=bad)
+
+
 def test_test_split_params_and_limit():
     tasks = bench(test=["OR4", "OR1"]).split("test")
     assert [t.task_id for t in tasks[:1]] == ["OR4/u1000_00"] and tasks[-1].task_id == "OR1/u120_19"
@@ -292,8 +328,8 @@ def test_report_on_train_lists_excess_only():
 def test_templates_classify_every_file_and_mark_the_evolved_function(template):
     comps = Components.load(template)
     files = sorted(p.name for p in template.iterdir() if p.is_file() and p.name != "components.yaml")
-    # best fit also carries the mutator's probe inputs (recorded calls of priority)
-    expected = {"README.md": "docs", "heuristic.py": "heuristic", "probe.json": "probe"}
+    # best fit also carries the mutator's probe inputs (recorded calls of priority, Weibull and OR)
+    expected = {"README.md": "docs", "heuristic.py": "heuristic", "probe.json": "probe", "probe_or.json": "probe"}
     assert files == (sorted(expected) if template == BESTFIT else ["README.md", "heuristic.py"])
     assert [comps.label(f) for f in files] == [expected[f] for f in files]
     lines = (template / "heuristic.py").read_text().splitlines()

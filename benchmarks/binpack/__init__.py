@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
@@ -24,12 +24,26 @@ from rsi.benchmark import Benchmark, BenchmarkParams, Score, Task
 # The names come from the data files at import, so the Literal is built at run time: a type
 # checker cannot read it (it sees a plain str), pydantic can (it names the valid sets in its error).
 TestSet = Literal[TEST_SETS]  # type: ignore[valid-type]
+InstanceSize = Annotated[int, Field(ge=10, le=100_000)]
 
 
 class BinPackParams(BenchmarkParams):
     train: Literal["or", "weibull"] = Field(
         "weibull",
         description="family of the generated train and dev instances (the paper evolves one heuristic per family)",
+    )
+    train_instances: int | None = Field(
+        None,
+        ge=1,
+        le=1000,  # instance i draws from train seed + i: below 1000 it never meets the dev seeds
+        description="generated train instances (default: the paper's protocol, 5 Weibull or 20 OR); more "
+        "cost a confirm more rollouts and let a gate select less on the noise of a few instances",
+    )
+    train_items: InstanceSize | Annotated[list[InstanceSize], Field(min_length=1)] | None = Field(
+        None,
+        description="items per generated train instance, or a list of sizes that cycles over the instances "
+        "(default: the paper's protocol, 5000 Weibull or 120 OR); at 120 items one bin is ~2 % of an "
+        "instance and heuristics that differ on OR2-OR4 pack alike",
     )
     test: list[TestSet] = Field(
         default_factory=lambda: list(TEST_SETS),
@@ -77,6 +91,8 @@ class BinPack(Benchmark):
     def _split(self, split: str) -> list[Task]:
         if split == "test":
             return [t for name in self.params.test for t in load_test_set(name)]
+        if split == "train":
+            return generated(self.params.train, split, self.params.train_instances, self.params.train_items)
         return generated(self.params.train, split)
 
     def dialogue(self, task: Task, trial: int, sample_seed: int):
