@@ -7,6 +7,12 @@ passes not confirmed as twins of a measured version, confirms under the gain rat
 when the runner's wrapper left ``wall.txt`` beside the run (``seconds load1 load5 load15``), the
 wall time and load average.
 
+With ``--fresh``: also each heuristic's excess on the 100 fresh generated Weibull instances
+(5000 items each; no run selects on them), beside the 5-instance published set, so a heuristic
+fitted to its instances shows it. With ``--family or`` the dev and fresh columns are of the
+OR-Library's distribution instead, one per instance size of OR1-OR4 (for ``binpack_or.yaml``
+runs; dev: 20 instances, 5 of each size; fresh: 100, 25 of each).
+
 With ``--references``: first fit, best fit and Sum-of-Squares packed in-process on dev and test.
 Sum-of-Squares (Csirik et al., ``benchmarks/binpack/sum_of_squares.py``) keeps a count of bins
 per gap size and puts each item where the sum of squared counts grows least: it keeps state
@@ -16,7 +22,8 @@ a reference only.
     .venv/bin/python perf/search_quality.py --references runs/qs-1 runs/qs-2 ...
 
 ``--write-probe targets/binpack_bestfit/probe.json`` writes the example inputs the quickstart's
-mutator probes edits with (``probe_cases``).
+mutator probes edits with (``probe_cases``); with ``--probe-family or``, those of the OR config
+(``probe_or.json``).
 """
 
 from __future__ import annotations
@@ -48,8 +55,27 @@ def excess(tasks: list[Task], assign) -> float:
     return 100.0 * (used - bound) / bound
 
 
-def dev_tasks() -> list[Task]:
-    return generated("weibull", "dev")
+# OR runs are judged per OR-Library instance size (its test sets OR1-OR4 hold 120, 250, 500 and
+# 1000 items), Weibull runs on the protocol's 5000-item instances.
+OR_SIZES = (120, 250, 500, 1000)
+
+
+def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str, list[Task]]:
+    """The generated instances a report shows, by column: dev (what levers are chosen on) and,
+    with ``fresh``, the 100 fresh instances nothing selects on; for OR, one column per size."""
+    splits = ["dev", "fresh"] if fresh else ["dev"]
+    if family == "weibull":
+        return {f"{split} Weibull": generated("weibull", split) for split in splits}
+    out = {}
+    for split in splits:
+        tasks = (
+            generated("or", split, count=4 * 25, items=OR_SIZES)
+            if split == "fresh"
+            else generated("or", split, items=OR_SIZES)
+        )
+        for n in OR_SIZES:
+            out[f"{split} OR {n}"] = [t for t in tasks if len(t.input["items"]) == n]
+    return out
 
 
 def jailed_excess(tasks: list[Task], checkout: Path) -> float:
@@ -75,13 +101,15 @@ def jailed_excess(tasks: list[Task], checkout: Path) -> float:
     return 100.0 * (used - bound) / bound
 
 
-def probe_cases(seed: int = PROBE_SEED, every: int = 40, limit: int = 30) -> list[dict]:
+def probe_cases(family: str = "weibull", seed: int = PROBE_SEED, limit: int = 30) -> list[dict]:
     """Example inputs of ``priority`` for the mutator's probe, recorded while best fit packs one
-    generated Weibull instance (its own seed, apart from train and dev): every ``every``-th item
-    whose fitting bins hold at least 3 distinct residuals, with those residuals (distinct, sorted:
-    a repeat changes no comparison)."""
-    items = sample_items("weibull", np.random.default_rng(seed), 5000).tolist()
-    bins, cases = open_bins(100, len(items)), list[dict]()
+    generated instance of ``family`` (its own seed, apart from train and dev; 5000 Weibull items
+    or 1000 OR items, the sizes the configs train on): of every ``every``-th item (40th Weibull,
+    10th OR, so both give ``limit`` cases), those whose fitting bins hold at least 3 distinct
+    residuals, with those residuals (distinct, sorted: a repeat changes no comparison)."""
+    n, capacity, every = {"weibull": (5000, 100, 40), "or": (1000, 150, 10)}[family]
+    items = sample_items(family, np.random.default_rng(seed), n).tolist()
+    bins, cases = open_bins(capacity, len(items)), list[dict]()
     for i, item in enumerate(items):
         distinct = sorted({int(b) for b in bins[bins >= item]})
         if i % every == every // 2 and len(distinct) >= 3 and len(cases) < limit:
@@ -116,19 +144,22 @@ def run_figures(run_dir: Path) -> dict:
     return row
 
 
-def run_row(run_dir: Path) -> dict:
-    """``run_figures`` plus the promoted heuristic's excess on the generated dev split."""
+def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None) -> dict:
+    """``run_figures`` plus the promoted heuristic's excess on each of the ``generated_columns``
+    (default: the Weibull dev split), under ``generated``."""
     records = RunRecords.open(str(run_dir))
     row = run_figures(run_dir)
     snapshot = records.get_snapshot(row["snapshot_id"])
     source = snapshot.text("heuristic.py")
     with tempfile.TemporaryDirectory(prefix="rsi-quality-") as tmp:
-        row["dev_weibull"] = jailed_excess(dev_tasks(), snapshot.materialize(Path(tmp) / "checkout"))
+        checkout = snapshot.materialize(Path(tmp) / "checkout")
+        columns = generated_columns() if columns is None else columns
+        row["generated"] = {name: jailed_excess(tasks, checkout) for name, tasks in columns.items()}
     row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
 
 
-def references() -> list[tuple[str, dict]]:
+def references(columns: dict[str, list[Task]]) -> list[tuple[str, dict]]:
     test = {name: load_test_set(name) for name in TEST_SETS}
     out = []
     for name, assign in (
@@ -136,7 +167,7 @@ def references() -> list[tuple[str, dict]]:
         ("best fit", lambda items, cap: pack(items, cap, best_fit)),
         ("Sum-of-Squares (keeps state; not expressible in the priority template)", sum_of_squares),
     ):
-        figures = {"dev_weibull": excess(dev_tasks(), assign)}
+        figures = {name: excess(tasks, assign) for name, tasks in columns.items()}
         figures.update({ds: excess(tasks, assign) for ds, tasks in test.items()})
         out.append((name, figures))
     return out
@@ -146,33 +177,42 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("runs", nargs="*", type=Path)
     parser.add_argument("--references", action="store_true")
+    parser.add_argument("--fresh", action="store_true", help="add the 100 fresh generated instances")
+    parser.add_argument(
+        "--family", choices=["weibull", "or"], default="weibull", help="the dev and fresh instances' family"
+    )
     parser.add_argument("--write-probe", type=Path, help="write the mutator's probe inputs (JSON) there and stop")
+    parser.add_argument("--probe-family", choices=["weibull", "or"], default="weibull")
     args = parser.parse_args()
     if args.write_probe:
-        args.write_probe.write_text(json.dumps(probe_cases()) + "\n")
+        args.write_probe.write_text(json.dumps(probe_cases(args.probe_family)) + "\n")
         return
-    cols = [*TEST_SETS]
+    cols, columns = [*TEST_SETS], generated_columns(args.family, args.fresh)
     print(
-        "| run | dev Weibull (generated) | "
+        f"| run | {' | '.join(columns)} | "
         + " | ".join(cols)
         + " | admitted | duplicates declined | twins not confirmed | under gain ratio | wall | load |"
     )
-    print("| --- " * (len(cols) + 8) + "|")
+    print("| --- " * (len(cols) + len(columns) + 7) + "|")
+    rows = []
     for run_dir in args.runs:
-        r = run_row(run_dir)
+        r = run_row(run_dir, columns)
+        rows.append(r)
+        gen = " | ".join(f"{r['generated'][c]:.2f}" for c in columns)
         test = " | ".join(f"{r['test'].get(c, float('nan')):.2f}" for c in cols)
         wall = f"{r['wall_s']:.0f} s" if "wall_s" in r else ""
         print(
-            f"| {r['run']} | {r['dev_weibull']:.2f} | {test} | {r['admitted']} of {r['confirms']} confirmed "
+            f"| {r['run']} | {gen} | {test} | {r['admitted']} of {r['confirms']} confirmed "
             f"| {r['duplicates']} | {r['twins']} | {r['below_ratio']} | {wall} | {r.get('load', '')} |",
             flush=True,
         )
-    for r in map(run_row, args.runs):
+    for r in rows:
         print(f"{r['run']}: {r['heuristic']}")
     if args.references:
-        for name, figures in references():
+        for name, figures in references(columns):
+            gen = " | ".join(f"{figures[c]:.2f}" for c in columns)
             test = " | ".join(f"{figures[c]:.2f}" for c in cols)
-            print(f"| {name} | {figures['dev_weibull']:.2f} | {test} | | | | | | |", flush=True)
+            print(f"| {name} | {gen} | {test} | | | | | | |", flush=True)
 
 
 if __name__ == "__main__":
