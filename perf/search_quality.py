@@ -104,9 +104,9 @@ def jailed_excess(tasks: list[Task], checkout: Path) -> float:
 def probe_cases(family: str = "weibull", seed: int = PROBE_SEED, limit: int = 30) -> list[dict]:
     """Example inputs of ``priority`` for the mutator's probe, recorded while best fit packs one
     generated instance of ``family`` (its own seed, apart from train and dev; 5000 Weibull items
-    or 1000 OR items, the sizes the configs train on): of every ``every``-th item (40th Weibull,
-    10th OR, so both give ``limit`` cases), those whose fitting bins hold at least 3 distinct
-    residuals, with those residuals (distinct, sorted: a repeat changes no comparison)."""
+    or 1000 OR items, the sizes the configs train on): of every 40th item (Weibull) or 10th (OR),
+    so both give ``limit`` cases, those whose fitting bins hold at least 3 distinct residuals,
+    with those residuals (distinct, sorted: a repeat changes no comparison)."""
     n, capacity, every = {"weibull": (5000, 100, 40), "or": (1000, 150, 10)}[family]
     items = sample_items(family, np.random.default_rng(seed), n).tolist()
     bins, cases = open_bins(capacity, len(items)), list[dict]()
