@@ -68,11 +68,7 @@ def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str,
         return {f"{split} Weibull": generated("weibull", split) for split in splits}
     out = {}
     for split in splits:
-        tasks = (
-            generated("or", split, count=4 * 25, items=OR_SIZES)
-            if split == "fresh"
-            else generated("or", split, items=OR_SIZES)
-        )
+        tasks = generated("or", split, items=OR_SIZES)  # the sizes cycle: 5 (dev) or 25 (fresh) of each
         for n in OR_SIZES:
             out[f"{split} OR {n}"] = [t for t in tasks if len(t.input["items"]) == n]
     return out

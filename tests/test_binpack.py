@@ -13,7 +13,7 @@ import pytest
 from pydantic import ValidationError
 
 from benchmarks.binpack import BinPack, BinPackParams, baselines, heuristic_excess
-from benchmarks.binpack.instances import load_test_set, published_baselines
+from benchmarks.binpack.instances import generated, load_test_set, published_baselines
 from benchmarks.binpack.lockstep import PackingDialogue
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, pack
 from rsi.benchmark import Task
@@ -231,8 +231,6 @@ def test_generated_splits_follow_the_protocol_and_are_deterministic(family, size
 def test_the_fresh_sample_is_large_and_apart_from_train_and_dev(family, n):
     """The reports' held-out sample: 100 instances of the dev size that share none with the
     splits a run searches (train) or levers are chosen on (dev)."""
-    from benchmarks.binpack.instances import generated
-
     fresh = generated(family, "fresh")
     assert len(fresh) == 100 and all(len(t.input["items"]) == n for t in fresh)
     assert fresh[0].meta["dataset"] == f"fresh-{family}" and fresh == generated(family, "fresh")
