@@ -259,6 +259,8 @@ def test_train_items_lengthen_or_mix_the_instance_sizes():
     for bad in (5, [120, 5], []):
         with pytest.raises(ValueError, match="train_items"):
             bench(train="or", train_items=bad)
+    with pytest.raises(ValueError, match=r"train_items\.1\n.*greater than or equal to 10"):
+        bench(train="or", train_items=[120, 5])  # the error names the bad size, not the union
 
 
 def test_test_split_params_and_limit():

@@ -39,7 +39,7 @@ class BinPackParams(BenchmarkParams):
         description="generated train instances (default: the paper's protocol, 5 Weibull or 20 OR); more "
         "cost a confirm more rollouts and let a gate select less on the noise of a few instances",
     )
-    train_items: InstanceSize | Annotated[list[InstanceSize], Field(min_length=1)] | None = Field(
+    train_items: Annotated[list[InstanceSize], Field(min_length=1)] | None = Field(
         None,
         description="items per generated train instance, or a list of sizes that cycles over the instances "
         "(default: the paper's protocol, 5000 Weibull or 120 OR); at 120 items one bin is ~2 % of an "
@@ -49,6 +49,12 @@ class BinPackParams(BenchmarkParams):
         default_factory=lambda: list(TEST_SETS),
         description="published test sets of the paper's Table 1, in report order",
     )
+
+    @field_validator("train_items", mode="before")
+    @classmethod
+    def _one_size(cls, value):
+        """One size is a list of one: a single type, so a bad size is named in the error."""
+        return [value] if isinstance(value, int) else value
 
     @field_validator("test")
     @classmethod
