@@ -4,7 +4,8 @@ A (1+1) hill climb: start from best fit, let ``MutatorWorker.edit`` change a che
 current heuristic, measure the child on a few generated Weibull instances (FunSearch's
 distribution: capacity 100, items ~ Weibull(scale 45, shape 3) clipped to 100, cast to int),
 keep it only when it uses fewer bins (strict, like DarwinX's ``gain > 0``). Packing is the
-benchmark's own loop (``benchmarks/binpack/online.py``, the paper's skeleton). The figure of
+benchmark's own loop (``benchmarks/binpack/online.py``, the paper's skeleton), run in the rollout
+jail like a search's rollouts: the mutator's output is candidate code. The figure of
 merit is excess bins over the L1 bound, sum(bins - L1) / sum(L1) in percent: on the training
 instances while searching, then on the published Weibull 5k test set for the final heuristic.
 
@@ -23,7 +24,6 @@ import argparse
 import shutil
 import tempfile
 import time
-import warnings
 from concurrent.futures import ProcessPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -31,7 +31,8 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.binpack.instances import load_test_set, sample_items
-from benchmarks.binpack.online import l1_bound, pack
+from benchmarks.binpack.lockstep import jailed_assignment
+from benchmarks.binpack.online import count_bins, l1_bound
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
@@ -59,15 +60,16 @@ def test_instances() -> list[list[int]]:
 
 
 def excess(source: str, instances: list[list[int]]) -> float:
-    """Percent excess bins over the L1 bound; inf for a heuristic that crashes."""
-    namespace: dict = {}
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            exec(compile(source, "heuristic.py", "exec"), namespace)
-            used = sum(np.unique(pack(items, CAPACITY, namespace["priority"])).size for items in instances)
-    except Exception:  # a candidate's failure is a score, not a crash of the study
-        return float("inf")
+    """Percent excess bins over the L1 bound; inf for a heuristic that fails. The mutator's
+    output is candidate code: it packs in the rollout jail (``jailed_assignment``), never here."""
+    with tempfile.TemporaryDirectory(prefix="rsi-study-") as tmp:
+        (Path(tmp) / "heuristic.py").write_text(source)
+        used = 0
+        for items in instances:
+            assignment = jailed_assignment(Path(tmp), items, CAPACITY)
+            if assignment is None:
+                return float("inf")
+            used += count_bins(items, CAPACITY, assignment)
     bound = sum(l1_bound(items, CAPACITY) for items in instances)
     return 100.0 * (used - bound) / bound
 

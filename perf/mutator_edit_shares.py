@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import argparse
 import tempfile
-import warnings
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from mutator_binpack import edited, train_instances  # the same edits on the same instances
 
-from benchmarks.binpack.online import l1_bound, pack
+from benchmarks.binpack.lockstep import jailed_assignment
+from benchmarks.binpack.online import l1_bound
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
@@ -32,14 +32,17 @@ SEED = (Path(__file__).resolve().parents[1] / "targets" / "binpack_bestfit" / "h
 
 
 def packings(source: str, instances: list[list[int]]) -> list[np.ndarray] | None:
-    namespace: dict = {}
-    try:
-        with warnings.catch_warnings(), np.errstate(all="ignore"):
-            warnings.simplefilter("ignore")
-            exec(compile(source, "heuristic.py", "exec"), namespace)
-            return [pack(items, CAPACITY, namespace["priority"]) for items in instances]
-    except Exception:  # a candidate's failure is a category here, not a crash of the study
-        return None
+    """The assignments of ``source``'s heuristic, packed in the rollout jail (the mutator's
+    output is candidate code and never runs here); None when it fails on any instance."""
+    with tempfile.TemporaryDirectory(prefix="rsi-study-") as tmp:
+        (Path(tmp) / "heuristic.py").write_text(source)
+        out = []
+        for items in instances:
+            assignment = jailed_assignment(Path(tmp), items, CAPACITY)
+            if assignment is None:
+                return None
+            out.append(np.asarray(assignment))
+        return out
 
 
 def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path | None) -> Counter:

@@ -30,20 +30,17 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.binpack import BinPack, BinPackParams
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
-from benchmarks.binpack.lockstep import PackingDialogue
+from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
 from benchmarks.binpack.sum_of_squares import sum_of_squares
 from rsi.benchmark import Task
 from rsi.records import RunRecords
-from rsi.sandbox import Limits, run_program
 
 PROBE_SEED = 40_000  # the probe instance; train draws from 30_000 + i, dev from 31_000 + i
 
@@ -76,23 +73,15 @@ def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str,
 
 def jailed_excess(tasks: list[Task], checkout: Path) -> float:
     """Percent excess bins over L1 of the heuristic in ``checkout`` on ``tasks``, packed the way
-    a rollout packs: the lockstep harness in the rollout jail (the promoted heuristic is
-    candidate code; it never runs in this process)."""
-    bench = BinPack(BinPackParams(name="binpack"))
+    a rollout packs (``jailed_assignment``: the promoted heuristic is candidate code; it never
+    runs in this process)."""
     used = bound = 0
     for t in tasks:
         items, capacity = t.input["items"], t.input["capacity"]
-        out = run_program(
-            [sys.executable, str(bench.harness.resolve())],
-            checkout,
-            None,
-            Limits(timeout_s=600),
-            harness=bench.harness_mounts(),
-            dialogue=PackingDialogue(items, capacity),
-        )
-        if out.status != "ok" or out.output is None:
-            raise RuntimeError(f"{t.task_id}: the heuristic ended {out.status}: {out.reason}")
-        used += count_bins(items, capacity, out.output["assignment"])
+        assignment = jailed_assignment(checkout, items, capacity)
+        if assignment is None:
+            raise RuntimeError(f"{t.task_id}: the heuristic failed in the jail")
+        used += count_bins(items, capacity, assignment)
         bound += l1_bound(items, capacity)
     return 100.0 * (used - bound) / bound
 

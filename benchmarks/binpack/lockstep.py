@@ -8,8 +8,10 @@ bins itself, so the assignment it reports is one it watched being made, item by 
 from __future__ import annotations
 
 import json
+import sys
+from pathlib import Path
 
-from rsi.sandbox import Dialogue, DialogueError
+from rsi.sandbox import Dialogue, DialogueError, Limits, run_program
 
 
 class PackingDialogue(Dialogue):
@@ -44,3 +46,24 @@ class PackingDialogue(Dialogue):
         if len(self.assignment) != len(self.items):
             raise DialogueError(f"the program ended after {len(self.assignment)} of {len(self.items)} items")
         return {"assignment": self.assignment, "bins_used": len(set(self.assignment))}
+
+
+def jailed_assignment(
+    checkout: Path, items: list, capacity: int, timeout_s: float = 600, backend: str = "auto"
+) -> list[int] | None:
+    """Bin index per item, packed by the ``heuristic.py`` in ``checkout`` the way a rollout packs
+    it: the skeleton in the rollout jail, shown one item at a time by ``PackingDialogue``. None
+    when the heuristic fails (raises, times out, answers out of turn). For studies and reports
+    that measure candidate code outside a search; candidate code never runs in their process."""
+    from benchmarks.binpack import BinPack, BinPackParams
+
+    bench = BinPack(BinPackParams(name="binpack"))
+    out = run_program(
+        [sys.executable, str(bench.harness.resolve())],
+        Path(checkout),
+        None,
+        Limits(timeout_s=timeout_s, backend=backend),
+        harness=bench.harness_mounts(),
+        dialogue=PackingDialogue(items, capacity),
+    )
+    return out.output["assignment"] if out.status == "ok" and out.output is not None else None

@@ -290,6 +290,37 @@ def test_a_binpack_candidate_cannot_see_future_items(tmp_path, source):
     assert "instance found" not in result.trace["stderr_tail"]
 
 
+STUDY_CHEAT = f'''
+import json
+import numpy as np
+
+try:  # the published instances, to pack them offline
+    TEST = json.load(open({str(REPO / "benchmarks" / "binpack" / "data" / "weibull_5k.json")!r}))
+except OSError:
+    TEST = None
+
+
+def priority(item, bins):
+    if TEST is not None:
+        return -np.arange(len(bins), dtype=float)  # first fit: a different packing, to show the read
+    return -(bins - item)
+'''
+
+
+def test_studies_pack_candidates_in_the_jail(tmp_path, backend):
+    """``jailed_assignment``, how perf studies and reports measure a mutator's or a run's output:
+    the same jail as a rollout, so a read outside the checkout fails and a crash is None."""
+    from benchmarks.binpack.lockstep import jailed_assignment
+
+    task = load_test_set("OR1")[0]
+    items, capacity = task.input["items"], task.input["capacity"]
+    (tmp_path / "heuristic.py").write_text(STUDY_CHEAT)
+    got = jailed_assignment(tmp_path, items, capacity, timeout_s=60, backend=backend)
+    assert got is not None and list(got) == list(pack(items, capacity, best_fit)), "the jail let it read the data"
+    (tmp_path / "heuristic.py").write_text("def priority(item, bins):\n    raise RuntimeError('no')\n")
+    assert jailed_assignment(tmp_path, items, capacity, timeout_s=60, backend=backend) is None
+
+
 def test_a_qa_candidate_cannot_read_the_gold_answers(tmp_path):
     from benchmarks.qa import QA, QAParams
 
