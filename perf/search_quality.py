@@ -13,7 +13,8 @@ fitted to its instances shows it. With ``--family or`` the dev and fresh columns
 OR-Library's distribution instead, one per instance size of OR1-OR4 (for ``binpack_or.yaml``
 runs; dev: 20 instances, 5 of each size; fresh: 100, 25 of each).
 
-With ``--references``: first fit, best fit and Sum-of-Squares packed in-process on dev and test.
+With ``--references``: first fit, best fit, FunSearch's published Weibull heuristic and
+Sum-of-Squares packed in-process on dev and test (ours or published, never a run's candidate).
 Sum-of-Squares (Csirik et al., ``benchmarks/binpack/sum_of_squares.py``) keeps a count of bins
 per gap size and puts each item where the sum of squared counts grows least: it keeps state
 across items, so it is not expressible in the ``priority(item, bins)`` template and is shown as
@@ -38,6 +39,7 @@ import numpy as np
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
+from benchmarks.binpack.published import funsearch_weibull
 from benchmarks.binpack.sum_of_squares import sum_of_squares
 from rsi.benchmark import Task
 from rsi.records import RunRecords
@@ -150,6 +152,10 @@ def references(columns: dict[str, list[Task]]) -> list[tuple[str, dict]]:
     for name, assign in (
         ("first fit", lambda items, cap: pack(items, cap, first_fit)),
         ("best fit", lambda items, cap: pack(items, cap, best_fit)),
+        (
+            "FunSearch's Weibull heuristic (published; packed here)",
+            lambda items, cap: pack(items, cap, funsearch_weibull),
+        ),
         ("Sum-of-Squares (keeps state; not expressible in the priority template)", sum_of_squares),
     ):
         figures = {name: excess(tasks, assign) for name, tasks in columns.items()}

@@ -1,6 +1,7 @@
 """Bin packing: the shared skeleton reproduces the FunSearch paper's Table 1, the sandboxed
 skeleton script agrees with it bin for bin, and scoring trusts nothing a candidate prints."""
 
+import inspect
 import json
 import math
 import pickle
@@ -16,6 +17,7 @@ from benchmarks.binpack import BinPack, BinPackParams, baselines, heuristic_exce
 from benchmarks.binpack.instances import generated, load_test_set, published_baselines
 from benchmarks.binpack.lockstep import PackingDialogue
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, pack
+from benchmarks.binpack.published import funsearch_weibull
 from rsi.benchmark import Task
 from rsi.components import Components
 from rsi.results import rows_to_table
@@ -338,17 +340,10 @@ def test_templates_classify_every_file_and_mark_the_evolved_function(template):
 
 
 
-FUNSEARCH_WEIBULL_SOURCE = '''import numpy as np
-
-
-def priority(item: float, bins: np.ndarray) -> np.ndarray:  # paper Fig. C.14 / notebook
-    max_bin_cap = max(bins)
-    score = (bins - max_bin_cap) ** 2 / item + bins**2 / (item**2)
-    score += bins**2 / item**3
-    score[bins > item] = -score[bins > item]
-    score[1:] -= score[:-1]
-    return score
-'''
+# The paper's Weibull heuristic as a candidate's file (the jailed test below runs it as one).
+FUNSEARCH_WEIBULL_SOURCE = "import numpy as np\n\n\n" + inspect.getsource(funsearch_weibull).replace(
+    "def funsearch_weibull(", "def priority("
+)
 
 
 @pytest.mark.slow
@@ -369,7 +364,7 @@ def test_published_heuristics_give_their_figures_through_the_jailed_lockstep(tmp
 
 @pytest.mark.slow
 def test_funsearch_weibull_heuristic_reproduces_its_published_figure():
-    excess = heuristic_excess(load_test_set("Weibull 5k"), _heuristic_from(FUNSEARCH_WEIBULL_SOURCE))
+    excess = heuristic_excess(load_test_set("Weibull 5k"), funsearch_weibull)
     assert round(100 * excess["Weibull 5k"], 2) == 0.68
 
 
