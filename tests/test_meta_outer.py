@@ -25,8 +25,8 @@ from rsi.testing.scripted_server import ScriptedServer, request_text
 from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
-# 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.013 on them with an SE of
-# 0.014, a positive gain the gate must not accept (the seed's 9-instance lesson, in small).
+# 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.0067 on them with an SE of
+# 0.012, a positive gain the gate must not accept (the seed's 9-instance lesson, in small).
 BENCH = {"name": "meta_landscape", "holdout": 12, "oracle": 8, "validation": 6, "budget": 20}
 GREEDY = c_rule(0.0)
 DIVIDES = "def priority(rank, visits, total, prior, depth, n_nodes):\n    return rank / visits\n"
@@ -175,11 +175,12 @@ def test_without_confirmation_a_gate_pass_is_admitted_on_the_gate_alone(tmp_path
     decisions, summary, _ = run(config(tmp_path / "on", algo, reply=reply))
     confirm, = of(decisions, "confirm")
     assert confirm["n"] == BENCH["oracle"]
-    # The same gate pass (+0.013 on the 12 hold-out pairs, z 0.96: it only passes at z_gate 0)
-    # loses on the 8 fresh oracle pairs (-0.0164, 5 wins / 3 losses): it was noise, so the
-    # default confirmation rejects it, nothing is admitted and the seed stays promoted.
-    assert (confirm["accepted"], confirm["wins"], confirm["losses"]) == (False, 5, 3)
-    assert round(confirm["gain"], 4) == -0.0164 and "not confirmed" in confirm["reason"]
+    # The same gate pass (+0.0067 on the 12 hold-out pairs, z 0.6: it only passes at z_gate 0)
+    # loses on the 8 fresh oracle pairs (-0.0087, though 5 wins / 2 losses: the losses are the
+    # larger): it was noise, so the default confirmation rejects it, nothing is admitted and the
+    # seed stays promoted.
+    assert (confirm["accepted"], confirm["wins"], confirm["losses"]) == (False, 5, 2)
+    assert round(confirm["gain"], 4) == -0.0087 and "not confirmed" in confirm["reason"]
     assert of(decisions, "admit") == []
     assert summary["snapshot_id"] == summary["seed_snapshot_id"]
 

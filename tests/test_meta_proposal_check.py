@@ -1,12 +1,13 @@
 """Proposal gates: every rejection the spec lists, the value kinds, the symbolic mutator."""
 
+import ast
 import math
 import random
 
 import pytest
 
+from algorithms.meta.mutate import COUNT_ARGS, insert_step, symbolic_proposals
 from algorithms.meta.proposal_check import PRIORITY_SEED
-from algorithms.meta.mutate import symbolic_proposals
 from algorithms.meta.tree import FlatPuct, PrioritySelection
 from algorithms.meta.values import ParamSlot, SourceSlot, policy_source, priority_selection, validate_proposal
 
@@ -166,6 +167,28 @@ def test_symbolic_proposals_pass_the_gate_or_are_counted():
     assert PRIORITY_SEED not in out.valid
     again = symbolic_proposals(PRIORITY_SEED, random.Random(0), 20)
     assert again.valid == out.valid  # deterministic for a seed
+
+
+def test_insert_step_adds_a_bounded_step_on_a_count_with_thresholds_in_its_range():
+    kind, rng, seen = priority_selection(), random.Random(3), set()
+    for _ in range(200):
+        stepped = insert_step(PRIORITY_SEED, rng, budget=40)
+        assert validate_proposal(kind, stepped)[0]
+        ret = next(n for n in ast.walk(ast.parse(stepped)) if isinstance(n, ast.Return)).value
+        assert isinstance(ret, ast.BinOp) and isinstance(ret.op, ast.Add)  # the old value, plus a step
+        assert ast.unparse(ret.left) in PRIORITY_SEED
+        weight, step = ret.right.left, ret.right.right
+        assert isinstance(step, ast.Compare) and isinstance(step.ops[0], ast.GtE)
+        arg, threshold = step.left.id, step.comparators[0].value
+        assert arg in COUNT_ARGS and 2 <= threshold <= 40
+        value = weight.value if isinstance(weight, ast.Constant) else -weight.operand.value
+        assert 0.1 <= abs(value) <= 2.0
+        seen.add((arg, threshold, value < 0))
+    # every count argument, both signs, and thresholds across the range are drawn
+    assert {a for a, _, _ in seen} == set(COUNT_ARGS) and {s for _, _, s in seen} == {True, False}
+    thresholds = {t for _, t, _ in seen}
+    assert min(thresholds) <= 3 and max(thresholds) >= 30
+    assert insert_step("not python (", rng) is None
 
 
 DATACLASS_POLICY = """

@@ -4,14 +4,16 @@ mutator of the narrow face. No model is involved.
 ``mutate_source`` runs the real ``MutatorWorker`` (perturb a constant, swap an operator or a
 math function, insert a term built from the function's own names, drop a term) on a one-file
 checkout, seeded per call, so an inner search that mutates programs stays a pure function of
-its seed. ``symbolic_proposals`` adds the narrow face's own move (swap one of
-``rank, visits, total, prior, depth, n_nodes`` for another) and sends every output through
-``validate_proposal``: what fails is counted, never repaired.
+its seed. ``mutate_priority`` adds the narrow face's own moves: swap one of ``rank, visits,
+total, prior, depth, n_nodes`` for another, and add a bounded step on one of the arguments that
+count things in the tree (see ``insert_step``). ``symbolic_proposals`` sends every output
+through ``validate_proposal``: what fails is counted, never repaired.
 """
 
 from __future__ import annotations
 
 import ast
+import math
 import random
 import tempfile
 from dataclasses import dataclass, field
@@ -64,12 +66,54 @@ def _swap_name(source: str, rng: random.Random) -> str | None:
     return ast.unparse(tree) + "\n"
 
 
-def mutate_priority(source: str, rng: random.Random, swap_probability: float = 0.25) -> str:
-    """One symbolic edit of a narrow-face rule."""
-    if rng.random() < swap_probability:
+#: Face arguments that count things in the tree (integers from 0 to about the inner budget).
+COUNT_ARGS = ("visits", "total", "depth", "n_nodes")
+
+
+def insert_step(source: str, rng: random.Random, budget: int = 60) -> str | None:
+    """Add ``w * (arg >= t)`` to a return value, ``arg`` one of ``COUNT_ARGS``.
+
+    A step is how a rule gives up on a node (a negative weight on ``visits``: a visit cap) or
+    commits to one, and the generic mutator rarely builds one whose threshold lies where the
+    argument's values are: its constants are drawn around the face's scale of 1, while counts
+    run from 1 to the inner budget. So the threshold is an integer drawn log-uniformly from 2 to
+    ``budget`` (counts are heavy-tailed: most nodes have few visits), the weight log-uniformly
+    from 0.1 to 2 in magnitude, either sign; a rank lies in [0, 1], so the larger weights
+    overrule it and the smaller ones break near-ties.
+    """
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return None
+    returns = [(n, n.value) for n in ast.walk(tree) if isinstance(n, ast.Return) and n.value is not None]
+    if not returns:
+        return None
+    top = max(2, budget)
+    threshold = min(top, round(math.exp(rng.uniform(math.log(2), math.log(top)))))
+    weight = rng.choice((-1.0, 1.0)) * round(math.exp(rng.uniform(math.log(0.1), math.log(2.0))), 3)
+    term = ast.parse(f"{weight!r} * ({rng.choice(COUNT_ARGS)} >= {threshold})", mode="eval").body
+    ret, value = returns[rng.randrange(len(returns))]
+    ret.value = ast.BinOp(value, ast.Add(), term)
+    return ast.unparse(ast.fix_missing_locations(tree)) + "\n"
+
+
+def mutate_priority(
+    source: str,
+    rng: random.Random,
+    swap_probability: float = 0.2,
+    step_probability: float = 0.5,
+    budget: int = 60,
+) -> str:
+    """One symbolic edit of a narrow-face rule: a name swap, a step term, or a mutator edit."""
+    draw = rng.random()
+    if draw < swap_probability:
         swapped = _swap_name(source, rng)
         if swapped is not None:
             return swapped
+    elif draw < swap_probability + step_probability:
+        stepped = insert_step(source, rng, budget)
+        if stepped is not None:
+            return stepped
     edited = mutate_source(_marked(source), seed=rng.getrandbits(63), max_ops=2, scale=1.0)
     return _unmarked(edited)
 
@@ -81,7 +125,7 @@ class Proposals:
     reasons: list = field(default_factory=list)
 
 
-def symbolic_proposals(source: str, rng: random.Random, n: int, kind: Any = None) -> Proposals:
+def symbolic_proposals(source: str, rng: random.Random, n: int, kind: Any = None, budget: int = 60) -> Proposals:
     """``n`` mutations of ``source``; each passes the slot's gate or is counted invalid.
 
     An unchanged or repeated output is counted invalid too: it would be no new candidate.
@@ -89,7 +133,7 @@ def symbolic_proposals(source: str, rng: random.Random, n: int, kind: Any = None
     kind = kind or priority_selection()
     out, seen = Proposals(), {source}
     for _ in range(n):
-        candidate = mutate_priority(source, rng)
+        candidate = mutate_priority(source, rng, budget=budget)
         ok, reason = (False, "unchanged or repeated") if candidate in seen else validate_proposal(kind, candidate)
         seen.add(candidate)
         if ok:

@@ -324,7 +324,8 @@ class MetaEvolve(Algorithm):
     def propose(self, source: str) -> list[str]:
         n = self.p.candidates_per_round
         if self.p.proposer == "symbolic":
-            return [mutate_priority(source, self.rng) for _ in range(n)]
+            budget = self.meta_benchmark.params.budget
+            return [mutate_priority(source, self.rng, budget=budget) for _ in range(n)]
         prompts = [self.reflect_prompt(source, i + 1, n) for i in range(n)]
         for i, prompt in enumerate(prompts):
             self.record_prompt(f"reflect-{i + 1}", prompt)
