@@ -1,13 +1,14 @@
 """The three inner domains: landscapes (the c-sweep), bin packing over mutated heuristics,
 and Harbor tasks through the local runner."""
 
+import dataclasses
 import math
 import random
 import sys
 
 import pytest
 
-from algorithms.meta.binpack import SEED_PROGRAM, BinpackDomain, _build, quality
+from algorithms.meta.binpack import SEED_PROGRAM, BinpackDomain, _build, offline_mutation, quality
 from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.harbor import DockerRunner, HarborProblem, LocalRunner, docker_client, load_task
 from algorithms.meta.inner import c_sweep, run_inner, tree_search
@@ -62,6 +63,36 @@ def test_binpack_expansion_mutates_the_parent_program():
     assert all(c.value == -math.inf or 0.0 < c.value <= 1.0 for c in children)
     broken = problem._score("def priority(item, bins):\n    return bins[len(bins) + 5]\n")
     assert broken.value == -math.inf  # an IndexError in the heuristic is a failed node
+
+
+def test_binpack_expansion_draws_again_while_the_child_packs_as_its_parent():
+    """A child that packs the train lists exactly as its parent is drawn again, up to
+    ``redraws`` times. The mutate function here is a scripted double: first a rewrite of the
+    parent that packs identically (a constant added to every priority), then the real mutator."""
+    neutral = "def priority(item, bins):\n    return -(bins - item) + 7.0\n"
+    calls = []
+
+    def neutral_first(source, rng):
+        calls.append(source)
+        return neutral if len(calls) == 1 else offline_mutation(source, rng)
+
+    base = SMALL_OR.problem(1)
+    root = base.root()
+
+    class Parent:
+        payload, value = root.payload, root.value
+
+    def expand(redraws):
+        calls.clear()
+        domain = dataclasses.replace(SMALL_OR, mutate=neutral_first, redraws=redraws)
+        return domain.problem(1).expand(Parent, random.Random(mix(1, 0))), len(calls)
+
+    kept, n = expand(0)  # no redraws: the neutral child is the node
+    assert n == 1 and kept.payload == neutral and kept.value == root.value
+    redrawn, n = expand(8)  # drawn again until the child packs differently, or 9 draws in all
+    assert redrawn.payload != neutral and 2 <= n <= 9
+    assert redrawn.value != root.value or n == 9
+    assert expand(8) == (redrawn, n)  # the node's RNG decides every draw: deterministic
 
 
 TEST_SH = """#!/bin/bash

@@ -166,6 +166,12 @@ class BinpackParams(MetaParams):
     items: int = Field(60, ge=10, le=5000, description="items per list of a SOURCE (OR) instance")
     target_items: int = Field(100, ge=10, le=5000, description="items per list of a TARGET (Weibull) instance")
     lists: int = Field(2, ge=1, le=20, description="train lists and held-out lists per instance (each)")
+    redraws: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="draw a mutation again (up to this many times) when it packs the train lists as its parent does",
+    )
 
 
 class BinpackSearchBenchmark(MetaBenchmark):
@@ -186,4 +192,4 @@ class BinpackSearchBenchmark(MetaBenchmark):
         p = self.params
         items = p.items if name == self.source else p.target_items
         base = cast("BinpackDomain", domain_named(name))  # both families of this suite are bin packing
-        return dataclasses.replace(base, items=items, n_train=p.lists, n_held_out=p.lists)
+        return dataclasses.replace(base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws)

@@ -6,6 +6,14 @@ quality on the instance's train item lists and the held-out value the same on it
 lists. Quality of one list is ``l1_bound / bins_used`` (1 = as few bins as the lower bound).
 A program that fails to build, raises, or returns an invalid packing is a failed node.
 
+Most single mutations of a heuristic pack exactly as their parent does (a monotone transform of
+a priority ranks the bins the same way). Such a child adds a node no selection rule can gain
+from, and with 16 expansions a tree of them leaves every rule on the root's curve. So an
+expansion may draw again, up to ``redraws`` times, while the child's train value equals its
+parent's: the same semantic de-duplication the DarwinX mutator does with its probe, here
+measured on the instance itself. The draws come from the node's own RNG, so a search stays a
+pure function of its seed.
+
 Mutated programs run in this process (the Ray worker process of the rollout, on its trusted side). They
 come from the offline mutator applied to the project's own seed heuristic, so no candidate
 writes them: the decision rule under evaluation only chooses which node is mutated next, and it
@@ -67,6 +75,7 @@ class BinpackDomain:
     n_train: int = 3
     n_held_out: int = 3
     mutate: Mutate = offline_mutation
+    redraws: int = 0  # draws again while a child packs the train lists exactly as well as its parent
 
     def problem(self, instance_id: int) -> BinpackProblem:
         return BinpackProblem(
@@ -100,11 +109,16 @@ class BinpackProblem:
         return self._score(SEED_PROGRAM.read_text())
 
     def expand(self, parent, rng: random.Random) -> Expansion:
-        child = self.domain.mutate(parent.payload, rng)
-        if child == parent.payload:  # the mutator found no change: nothing new to measure
-            return Expansion(-math.inf, -math.inf, child)
-        return self._score(child)
-
+        last = self.domain.redraws
+        for draw in range(last + 1):
+            child = self.domain.mutate(parent.payload, rng)
+            if child == parent.payload:  # the mutator found no change: nothing new to measure
+                out = Expansion(-math.inf, -math.inf, child)
+                continue
+            out = self._score(child)
+            if draw == last or out.value != parent.value:
+                break
+        return out
 
 OR = BinpackDomain("binpack-or", "or", 11, items=120)
 WEIBULL = BinpackDomain("binpack-weibull", "weibull", 12, items=500)
