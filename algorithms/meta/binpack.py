@@ -120,5 +120,6 @@ class BinpackProblem:
                 break
         return out
 
+
 OR = BinpackDomain("binpack-or", "or", 11, items=120)
 WEIBULL = BinpackDomain("binpack-weibull", "weibull", 12, items=500)
