@@ -104,7 +104,12 @@ def mutate_priority(
     step_probability: float = 0.5,
     budget: int = 60,
 ) -> str:
-    """One symbolic edit of a narrow-face rule: a name swap, a step term, or a mutator edit."""
+    """One symbolic edit of a narrow-face rule: a name swap, a step term, or a mutator edit.
+
+    Half of the edits are steps: on the stage-0 landscapes the visit caps that transfer best and
+    those that transfer less tie on SOURCE, so a run lands on a good one only by drawing caps
+    often (``perf/results/meta-stage0.md`` has the shares tried and their figures).
+    """
     draw = rng.random()
     if draw < swap_probability:
         swapped = _swap_name(source, rng)
