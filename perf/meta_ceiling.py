@@ -15,11 +15,13 @@ sits against the c-sweep's Pareto front on the same pairs, and its SOURCE differ
 c = 0 (paired, ± SE): what a SOURCE-only gate would see between the two.
 
     .venv/bin/python perf/meta_ceiling.py            # about a minute on one core
+    .venv/bin/python perf/meta_ceiling.py --steps 100  # + every step rank + w * (arg >= t), ~4 min
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 
 import numpy as np
 
@@ -71,14 +73,35 @@ def table(ps: list[tuple[int, int]], budget: int) -> list[str]:
     return rows
 
 
+def step_grid(ps: list[tuple[int, int]], budget: int) -> list[str]:
+    """Every step ``rank + w * (arg >= t)`` on a count, against greed (c = 0), on both families:
+    which part of the symbolic proposer's step move gains where the outer loop looks, and
+    whether it gains on TARGET too."""
+    greedy = {f: scores(FlatPuct(0.0), f, ps, budget) for f in (SOURCE, TARGET)}
+    rows = ["| step | SOURCE vs c = 0 ± SE | TARGET vs c = 0 ± SE |", "| --- | --- | --- |"]
+    grid = itertools.product(("visits", "depth", "total", "n_nodes"), (2, 4, 6, 8, 12, 16, 24, 40), (-1, -0.3, 0.3, 1))
+    for arg, t, w in grid:
+        body = f"rank + {w} * ({arg} >= {t})"
+        cells = []
+        for f in (SOURCE, TARGET):
+            d = scores(HEAD + body + "\n", f, ps, budget) - greedy[f]
+            cells.append(f"{d.mean():+.4f} ± {d.std(ddof=1) / np.sqrt(len(d)):.4f}")
+        rows.append(f"| `{body}` | {cells[0]} | {cells[1]} |")
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", type=int, default=200, help="pairs per set (the runs validate on 200)")
     ap.add_argument("--budget", type=int, default=60, help="expansions per inner search (metasearch.yaml: 60)")
+    ap.add_argument("--steps", type=int, default=0, help="also the step grid on this many exploration pairs")
     args = ap.parse_args()
     for title, base in (("exploration pairs (300000+i)", 300_000), ("validation pairs (200000+i)", 200_000)):
         print(f"\n{title}, {args.pairs} pairs, budget {args.budget}\n")
         print("\n".join(table(pairs(base, args.pairs), args.budget)), flush=True)
+    if args.steps:
+        print(f"\nstep grid, exploration pairs (300000+i), {args.steps} pairs, budget {args.budget}\n")
+        print("\n".join(step_grid(pairs(300_000, args.steps), args.budget)), flush=True)
 
 
 if __name__ == "__main__":
