@@ -15,12 +15,14 @@ few dead ends (2 % of new nodes) and no noise, so greed pays: ``c_puct = 0`` bea
 failures, dead ends (15 %) and noise, so greed stalls and over-trusts lucky nodes: there
 ``c_puct = 0`` loses to ``c_puct = 1``.
 
+The order of the hand-tuned constants reverses between the families, so whether a rule evolved
+on SOURCE transfers is a real question (``c_sweep`` shows it; the figures are pinned in
+tests/test_meta_domains.py).
+
 SOURCE's few dead ends are what lets a rule that gives up on a stalled node show its worth
 where the outer loop can see it: with none, a greedy rule never stalls on SOURCE, a visit cap is
 a neutral edit there, and the skill that transfers to TARGET carries no signal for the gate
-(``perf/results/meta-ceiling.md`` measures both). The order of the hand-tuned constants reverses between the families, so whether
-a rule evolved on SOURCE transfers is a real question (``c_sweep`` shows it; the figures are
-pinned in tests/test_meta_domains.py).
+(``perf/results/meta-ceiling.md`` measures both).
 """
 
 from __future__ import annotations
