@@ -7,8 +7,8 @@ mutator and packing the result. Each rule of the flat-PUCT family (``--cs``) sea
 while its child packs the train lists exactly as its parent does); the table gives each rule's
 mean meta-reward (auc of the held-out best-so-far curve), every pair of rules' paired difference
 ± SE and z, and on how many pairs the two differ at all. Pairs are instances 300000+i, apart
-from every split a run uses. The mutated programs are the project's own mutator applied to its
-own seed heuristic and are packed in this process, as the domain does in a rollout.
+from every split a run uses. Every mutated program packs in the rollout jail, as the domain does
+in a rollout (one jail start per node).
 
     .venv/bin/python perf/meta_stage1.py --family weibull --items 500 --pairs 120 --redraws 0,8
 """

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from benchmarks.binpack import BinPack, BinPackParams, baselines, heuristic_excess
 from benchmarks.binpack.instances import generated, load_test_set, published_baselines
-from benchmarks.binpack.lockstep import PackingDialogue
+from benchmarks.binpack.lockstep import PackingDialogue, PackingSeries, jailed_assignments
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, pack
 from benchmarks.binpack.published import funsearch_weibull
 from rsi.benchmark import Task
@@ -169,6 +169,22 @@ def test_skeleton_fails_loudly_when_the_heuristic_raises(tmp_path):
     (tmp_path / "src" / "heuristic.py").write_text("def priority(item, bins):\n    raise RuntimeError('boom')\n")
     out, _ = run_skeleton(tmp_path / "src", load_test_set("OR1")[0], tmp_path)
     assert out.status == "error" and "boom" in out.stderr_tail and "RuntimeError: boom" in out.reason
+
+
+def test_a_series_packs_each_list_from_fresh_bins_in_one_jail(tmp_path):
+    """Stage 1 of meta-evolve packs all of a node's lists in one jail start: each list from fresh
+    bins, exactly as a rollout of that list alone packs it."""
+    lists = [t.input["items"] for t in load_test_set("OR1")[:3]]
+    cap = load_test_set("OR1")[0].input["capacity"]
+    got = jailed_assignments(BESTFIT, lists, cap, Limits(timeout_s=120))
+    assert got == [pack(items, cap, best_fit).tolist() for items in lists]
+    # a program that stops answering after the first list ends the series short: no assignments
+    (tmp_path / "heuristic.py").write_text(
+        "import numpy as np\nseen = []\n\n\ndef priority(item, bins):\n    seen.append(item)\n"
+        f"    if len(seen) > {len(lists[0])}:\n        raise SystemExit(0)\n    return -(bins - item)\n")
+    assert jailed_assignments(tmp_path, lists, cap, Limits(timeout_s=120)) is None
+    with pytest.raises(ValueError, match="no empty list"):
+        PackingSeries([lists[0], []], cap)
 
 
 # --- scoring ---------------------------------------------------------------------------------

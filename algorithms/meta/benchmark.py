@@ -31,6 +31,7 @@ from rsi.errors import ConfigError
 
 if TYPE_CHECKING:
     from algorithms.meta.binpack import BinpackDomain
+    from rsi.sandbox import Limits
 
 #: First instance id of each split. Sizes are capped below the gaps, so the ranges never
 #: overlap, and resizing the hold-out never changes which instances the oracle or validation use.
@@ -101,8 +102,9 @@ class MetaBenchmark(Benchmark):
             for s in range(self.params.seeds)
         ]
 
-    def domain(self, name: str) -> Domain:
-        """The inner domain a task names, sized by this benchmark's parameters."""
+    def domain(self, name: str, limits: Limits | None = None) -> Domain:
+        """The inner domain a task names, sized by this benchmark's parameters. ``limits``: the
+        rollout jail's, for a domain that runs programs (bin packing's nodes)."""
         return domain_named(name)
 
     def reward(self) -> Reward:
@@ -188,8 +190,10 @@ class BinpackSearchBenchmark(MetaBenchmark):
     source = "binpack-or"
     target = "binpack-weibull"
 
-    def domain(self, name: str) -> Domain:
+    def domain(self, name: str, limits: Limits | None = None) -> Domain:
         p = self.params
         items = p.items if name == self.source else p.target_items
         base = cast("BinpackDomain", domain_named(name))  # both families of this suite are bin packing
-        return dataclasses.replace(base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws)
+        return dataclasses.replace(
+            base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws, limits=limits
+        )

@@ -124,10 +124,12 @@ class PolicyTarget(Target):
         if budget < 1:
             raise ConfigError(f"inner budget must be >= 1, got {budget}")
 
+        limits = self.limits()
+
         def start(spec: dict):
             instance, seed = int(spec["instance"]), int(spec["seed"])
             return lambda: InnerSearch(
-                self.benchmark.domain(spec["domain"]).problem(instance), budget, mix(instance, seed)
+                self.benchmark.domain(spec["domain"], limits).problem(instance), budget, mix(instance, seed)
             )
 
         face = face_of(source)
@@ -137,7 +139,7 @@ class PolicyTarget(Target):
             face,
             [start(task.input) for task, _, _ in rollouts],
             selection,
-            self.limits(),
+            limits,
             self.benchmark.harness_mounts() or None,
         )
         reward = self.benchmark.reward()

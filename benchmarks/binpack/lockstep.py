@@ -48,13 +48,40 @@ class PackingDialogue(Dialogue):
         return {"assignment": self.assignment, "bins_used": len(set(self.assignment))}
 
 
-def jailed_assignment(
-    checkout: Path, items: list, capacity: int, timeout_s: float = 600, backend: str = "auto"
-) -> list[int] | None:
-    """Bin index per item, packed by the ``heuristic.py`` in ``checkout`` the way a rollout packs
-    it: the skeleton in the rollout jail, shown one item at a time by ``PackingDialogue``. None
-    when the heuristic fails (raises, times out, answers out of turn). For studies and reports
-    that measure candidate code outside a search; candidate code never runs in their process."""
+class PackingSeries(Dialogue):
+    """Several lists packed one after another by one program in one jail, each from fresh bins:
+    after a list's last decision the next list's header and first item follow. One jail start
+    (an interpreter and numpy, about 0.1 s) per program instead of one per list."""
+
+    def __init__(self, lists: list, capacity: int):
+        if not lists or not all(len(items) for items in lists):
+            raise ValueError("a packing series needs at least one list, and no empty list")
+        self.parts = [PackingDialogue(items, capacity) for items in lists]
+        self.current = 0
+
+    def opening(self) -> bytes:
+        return self.parts[0].opening()
+
+    def reply(self, line: bytes) -> bytes | None:
+        follow = self.parts[self.current].reply(line)
+        if follow is not None:
+            return follow
+        self.current += 1
+        return self.parts[self.current].opening() if self.current < len(self.parts) else None
+
+    def result(self) -> dict:
+        if self.current < len(self.parts):
+            done = len(self.parts[self.current].assignment)
+            raise DialogueError(f"the program ended in list {self.current} after {done} items")
+        return {"assignments": [part.assignment for part in self.parts]}
+
+
+def jailed_assignments(checkout: Path, lists: list, capacity: int, limits: Limits) -> list[list[int]] | None:
+    """Bin index per item of each list, packed by the ``heuristic.py`` in ``checkout`` the way a
+    rollout packs it: the skeleton in the rollout jail, shown one item at a time. None when the
+    heuristic fails on any list (raises, times out, answers out of turn). Whoever measures
+    candidate code outside a search (stage 1's nodes, studies, reports) packs through this:
+    candidate code never runs in the caller's process."""
     from benchmarks.binpack import BinPack, BinPackParams
 
     bench = BinPack(BinPackParams(name="binpack"))
@@ -62,8 +89,16 @@ def jailed_assignment(
         [sys.executable, str(bench.harness.resolve())],
         Path(checkout),
         None,
-        Limits(timeout_s=timeout_s, backend=backend),
+        limits,
         harness=bench.harness_mounts(),
-        dialogue=PackingDialogue(items, capacity),
+        dialogue=PackingSeries(lists, capacity),
     )
-    return out.output["assignment"] if out.status == "ok" and out.output is not None else None
+    return out.output["assignments"] if out.status == "ok" and out.output is not None else None
+
+
+def jailed_assignment(
+    checkout: Path, items: list, capacity: int, timeout_s: float = 600, backend: str = "auto"
+) -> list[int] | None:
+    """``jailed_assignments`` of one list."""
+    got = jailed_assignments(checkout, [items], capacity, Limits(timeout_s=timeout_s, backend=backend))
+    return None if got is None else got[0]

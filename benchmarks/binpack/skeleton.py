@@ -7,6 +7,8 @@ value per line:
 * stdin, first: ``{"capacity": int, "n": int}`` — the bin capacity and the number of items
   (the paper's loop opens one bin per item, so the harness needs ``n`` to lay them out);
 * then, per item: the item, after which this script prints the index of the bin it chose;
+* after the last decision of a list, a series (``PackingSeries``: stage 1 of meta-evolve packs
+  every list of a node in one jail) may send the next list's header and items: fresh bins;
 * stdin closes after the last decision.
 
 The next item is written only after the previous decision came back, so nothing the candidate
@@ -54,6 +56,9 @@ def main() -> None:
         for line in sys.stdin:
             digits = line[:-1]
             item = int(digits) if digits.isascii() and digits.isdigit() else json.loads(line)  # same value, faster
+            if type(item) is dict:  # the next list of a series: its header, then its items
+                bins = online.open_bins(item["capacity"], item["n"])
+                continue
             os.write(decisions, b"%d\n" % online.place(bins, item, priority))
 
 

@@ -321,6 +321,56 @@ def test_studies_pack_candidates_in_the_jail(tmp_path, backend):
     assert jailed_assignment(tmp_path, items, capacity, timeout_s=60, backend=backend) is None
 
 
+NODE_CHEAT = f'''
+import json
+import numpy as np
+
+try:  # the published instances: proof the program can read outside its checkout
+    TEST = json.load(open({str(REPO / "benchmarks" / "binpack" / "data" / "weibull_5k.json")!r}))
+except OSError:
+    TEST = None
+try:  # and leave a mark on the host
+    open(MARKER, "w").write("escaped")
+except OSError:
+    pass
+
+
+def priority(item, bins):
+    if TEST is not None:
+        return bins.astype(float)  # worst fit: every item in an empty bin, to show the read
+    return -(bins - item)
+'''
+
+
+def test_meta_stage1_nodes_pack_in_the_jail(tmp_path, backend):
+    """Meta-evolve's bin-packing nodes are programs, whoever writes them: an expansion packs its
+    child in the rollout jail, so a child that reads outside its checkout packs as best fit and
+    one that writes outside leaves nothing on the host."""
+    import random
+
+    from algorithms.meta.binpack import BinpackDomain
+    from rsi.sandbox import Limits
+
+    marker = tmp_path / "escaped"
+    cheat = f"MARKER = {str(marker)!r}\n{NODE_CHEAT}"
+    domain = BinpackDomain("binpack-attack", "or", 99, items=60, n_train=1, n_held_out=1,
+                           mutate=lambda source, rng: cheat, limits=Limits(timeout_s=60, backend=backend))
+    problem = domain.problem(0)
+    root = problem.root()  # best fit
+
+    class Parent:
+        payload, value = root.payload, root.value
+
+    child = problem.expand(Parent, random.Random(0))
+    assert child.payload == cheat
+    assert (child.value, child.held_out) == (root.value, root.held_out), "the node read the data"
+    assert not marker.exists(), "the node wrote outside its checkout"
+    raising = BinpackDomain("binpack-attack", "or", 99, items=60, n_train=1, n_held_out=1,
+                            mutate=lambda source, rng: "def priority(item, bins):\n    raise RuntimeError('no')\n",
+                            limits=Limits(timeout_s=60, backend=backend))
+    assert raising.problem(0).expand(Parent, random.Random(0)).value == float("-inf")
+
+
 def test_a_qa_candidate_cannot_read_the_gold_answers(tmp_path):
     from benchmarks.qa import QA, QAParams
 
