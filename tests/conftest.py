@@ -10,6 +10,18 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
+#: The files that take minutes (multi-node clusters, kill-and-resume runs, whole searches), longest
+#: first. They are collected first, so under pytest-xdist's ``--dist loadfile`` (how CI runs) each
+#: worker starts on one and the short files fill in around them, instead of one long file running
+#: alone at the end. Tests keep their order within a file.
+LONG_FILES = ("test_resume.py", "test_cluster.py", "test_autoscaling.py", "test_darwinx.py", "test_mutator.py")
+
+
+def pytest_collection_modifyitems(items):
+    rank = {name: i for i, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(LONG_FILES)))
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
