@@ -181,7 +181,8 @@ class BinpackSearchBenchmark(MetaBenchmark):
 
     An expansion is an offline mutation of the parent program; a node's value is its measured
     packing quality. SOURCE is the OR family, TARGET the Weibull family with longer lists.
-    About a second per inner search, so the default sets are tens, not hundreds, of pairs.
+    Each node's program packs in the rollout jail: seconds per inner search, so the default sets
+    are tens, not hundreds, of pairs.
     """
 
     name = "meta_binpack"
