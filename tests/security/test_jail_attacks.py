@@ -333,26 +333,38 @@ try:  # and leave a mark on the host
     open(MARKER, "w").write("escaped")
 except OSError:
     pass
+try:  # and reach a server on the host's loopback
+    import socket
+    socket.create_connection(("127.0.0.1", PORT), timeout=2).close()
+    REACHED = True
+except OSError:
+    REACHED = False
 
 
 def priority(item, bins):
-    if TEST is not None:
-        return bins.astype(float)  # worst fit: every item in an empty bin, to show the read
+    if TEST is not None or REACHED:
+        return bins.astype(float)  # worst fit: every item in an empty bin, to show the read or the connect
     return -(bins - item)
 '''
 
 
 def test_meta_stage1_nodes_pack_in_the_jail(tmp_path, backend):
     """Meta-evolve's bin-packing nodes are programs, whoever writes them: an expansion packs its
-    child in the rollout jail, so a child that reads outside its checkout packs as best fit and
-    one that writes outside leaves nothing on the host."""
+    child in the rollout jail, so a child that reads outside its checkout or connects to a host
+    server packs as best fit, the server sees no connection, and a write outside leaves nothing
+    on the host."""
     import random
 
     from algorithms.meta.binpack import BinpackDomain
     from rsi.sandbox import Limits
 
+    server = socket.socket()
+    server.bind(("127.0.0.1", 0))
+    server.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: accepted.append(server.accept()), daemon=True).start()
     marker = tmp_path / "escaped"
-    cheat = f"MARKER = {str(marker)!r}\n{NODE_CHEAT}"
+    cheat = f"MARKER = {str(marker)!r}\nPORT = {server.getsockname()[1]}\n{NODE_CHEAT}"
     domain = BinpackDomain("binpack-attack", "or", 99, items=60, n_train=1, n_held_out=1,
                            mutate=lambda source, rng: cheat, limits=Limits(timeout_s=60, backend=backend))
     problem = domain.problem(0)
@@ -363,8 +375,10 @@ def test_meta_stage1_nodes_pack_in_the_jail(tmp_path, backend):
 
     child = problem.expand(Parent, random.Random(0))
     assert child.payload == cheat
-    assert (child.value, child.held_out) == (root.value, root.held_out), "the node read the data"
+    assert (child.value, child.held_out) == (root.value, root.held_out), "the node read the data or connected"
     assert not marker.exists(), "the node wrote outside its checkout"
+    server.close()
+    assert accepted == [], "a connection from the node reached the host's server"
     raising = BinpackDomain("binpack-attack", "or", 99, items=60, n_train=1, n_held_out=1,
                             mutate=lambda source, rng: "def priority(item, bins):\n    raise RuntimeError('no')\n",
                             limits=Limits(timeout_s=60, backend=backend))
