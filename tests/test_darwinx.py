@@ -440,3 +440,33 @@ def test_a_child_that_screens_exactly_as_a_measured_version_is_not_confirmed(tmp
     decisions, _, _ = run(scenario(tmp_path / "off", table, edits, params))
     assert [(d["step"], d["accepted"], d["reason_code"]) for d in of(decisions, "confirm")] == [
         (1, True, "admitted"), (2, False, "regression_over_tolerance")]
+
+
+def test_a_stalled_island_restarts_from_the_seed_and_promotion_sees_every_island(tmp_path, ray_session):
+    """v1 is admitted at step 1; v2 and v3 (steps 2 and 3) are refused, so with restart_after 2
+    island 1 begins after step 3 and step 4 edits the seed, although pure exploitation would pick
+    v1. v4 is admitted in island 1 but scores below v1, which stays promoted. Without restarts,
+    step 4 edits v1 as before."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+        "v1": {"t1": 0.8, "t2": 0.8, "t3": 0.8, "x1": 0.7},
+        "v2": {"t1": 0.1, "t2": 0.1, "t3": 0.1},
+        "v3": {"t1": 0.0, "t2": 0.0, "t3": 0.0},
+        "v4": {"t1": 0.5, "t2": 0.5, "t3": 0.5}}}
+    edits = [version(v) for v in ("v1", "v2", "v3", "v4")]
+    params = {"max_steps": 4, "merge_every": 0, "exploration_probability": 0.0}
+    decisions, summary, records = run(scenario(tmp_path / "on", table, edits, {**params, "restart_after": 2}))
+    seed_id = decisions[0]["snapshot_id"]
+    v1 = of(decisions, "confirm")[0]["snapshot_id"]
+    restart, = of(decisions, "restart")
+    assert (restart["step"], restart["island"], restart["reason_code"]) == (3, 1, "stalled")
+    assert restart["left_mean"] == pytest.approx(0.8)
+    assert [(d["step"], d["parent_id"]) for d in of(decisions, "screen")] == [
+        (1, seed_id), (2, v1), (3, v1), (4, seed_id)]
+    assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(1, True), (4, True)]
+    assert summary["snapshot_id"] == v1, "the stalled island's best is still promoted"
+    assert [a["island"] for a in records.read_state()["archive"]] == [0, 0, 0, 0, 1]
+
+    decisions, _, _ = run(scenario(tmp_path / "off", table, edits, params))
+    assert not of(decisions, "restart")
+    assert of(decisions, "screen")[3]["parent_id"] == of(decisions, "confirm")[0]["snapshot_id"]

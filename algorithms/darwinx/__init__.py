@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from algorithms.darwinx import _prompts
 from algorithms.darwinx.candidate import Candidate, common_ancestor
 from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
+from algorithms.darwinx.islands import Islands
 from algorithms.darwinx.params import DarwinXParams
 from algorithms.slots import TOLERANCE, ExploreOrBestLineage, build_rule, resolve_slot
 from rsi.algorithm import Algorithm
@@ -91,6 +92,7 @@ class DarwinX(Algorithm):
         self._distil_queue: list[tuple[Proposal, str]] = []  # candidates awaiting their distil reply
         self.declined: list[dict] = []
         self.tried_pairs: set[tuple[str, str]] = set()
+        self.islands = Islands(params.restart_after)
 
     # ---- the loop (the base runs it: seed, then step_once until max_steps, then finish) ------
     def step_once(self) -> None:
@@ -99,6 +101,9 @@ class DarwinX(Algorithm):
         proposals = self.propose(n)
         self.measure(proposals)
         self.step = proposals[-1].step
+        self.islands.observe(p.candidate for p in proposals if p.candidate is not None)
+        if self.islands.due(self.step, self.p.max_steps):
+            self._restart()
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
@@ -111,6 +116,7 @@ class DarwinX(Algorithm):
         seed.trace_refs = self._trace_refs(table)
         self.archive.append(seed)
         self.ctx.archive.append(seed.record())
+        self.islands.best_mean = seed.train_mean
         self.decide(
             "seed",
             snap.snapshot_id,
@@ -172,6 +178,7 @@ class DarwinX(Algorithm):
                     parent_id=prop.parent.snapshot_id,
                     donor_id=prop.donor.snapshot_id if prop.donor else None,
                     reply=reply,
+                    island=self.islands.current,
                 )
         return proposals
 
@@ -342,8 +349,27 @@ class DarwinX(Algorithm):
         return None
 
     def _select_parent(self) -> Candidate:
-        chosen = self.parent_selection.select([c.member() for c in self.archive], self.rng)
+        members = [c.member() for c in self.archive if self.islands.holds(c)]
+        chosen = self.parent_selection.select(members, self.rng)
         return next(c for c in self.archive if c.snapshot_id == chosen.member_id)
+
+    def _restart(self) -> None:
+        """A new island from the seed (``islands.py``): the stalled one stays in the archive."""
+        seed = self.archive[0]
+        stalled = self.step - self.islands.best_step
+        left = self.islands.best_mean
+        self.islands.restart(self.step, seed.train_mean)
+        self.decide(
+            "restart",
+            seed.snapshot_id,
+            None,
+            step=self.step,
+            reason=f"no rise of the island's best train mean ({left:.4f}) in {stalled} steps; "
+            f"island {self.islands.current} starts from the seed",
+            reason_code="stalled",
+            island=self.islands.current,
+            left_mean=left,
+        )
 
     def _next_pair(self) -> tuple[Candidate, Candidate] | None:
         by_id = self._by_id()
@@ -528,6 +554,7 @@ class DarwinX(Algorithm):
             "archive": [c.record() for c in self.archive],
             "declined": self.declined,
             "tried_pairs": sorted(self.tried_pairs),
+            "islands": self.islands.state(),
         }
 
     def restore(self, state: dict) -> None:
@@ -536,6 +563,7 @@ class DarwinX(Algorithm):
         ]
         self.declined = state["declined"]
         self.tried_pairs = {tuple(p) for p in state["tried_pairs"]}
+        self.islands = Islands.from_state(self.p.restart_after, state.get("islands"))
 
 
 def _fmt(v) -> str:

@@ -33,6 +33,7 @@ class Candidate:
     reply: str = ""
     learning: str = ""
     trace_refs: dict[str, list[str]] = field(default_factory=dict)
+    island: int = 0  # the restart it was proposed in (``islands.py``); the seed's is 0
 
     @property
     def snapshot_id(self) -> str:
@@ -69,6 +70,7 @@ class Candidate:
             "reply": self.reply,
             "learning": self.learning,
             "trace_refs": self.trace_refs,
+            "island": self.island,
         }
 
     @classmethod
@@ -90,6 +92,7 @@ class Candidate:
         ):
             setattr(c, key, rec[key])
         c.solved, c.invariant = set(rec["solved"]), set(rec["invariant"])
+        c.island = rec.get("island", 0)  # records written before islands existed
         return c
 
 
