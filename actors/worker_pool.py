@@ -111,6 +111,43 @@ class EditSession:
         return ray.get(self.actor.close_session.remote(self.session))
 
 
+def gather(refs: Sequence) -> list:
+    """The results of concurrent calls in order, like ``ray.get(refs)``, except that when one
+    fails the others are waited for before its error is raised. ``ray.get`` raises at the first
+    failure and drops the calls still in flight: their outcomes are never observed, a later
+    failure among them reaches the console as Ray's "Unhandled error" traceback, and the caller
+    learns of only one of several failures. Here the first failure (in call order) is raised,
+    with one note per other failed call."""
+    if not refs:
+        return []
+    ray.wait(list(refs), num_returns=len(refs))
+    results: list = []
+    errors: list[tuple[int, BaseException]] = []
+    for k, ref in enumerate(refs):
+        try:
+            results.append(ray.get(ref))
+        except Exception as exc:  # noqa: BLE001 - each outcome is observed; the first one is raised below
+            errors.append((k, exc))
+    if errors:
+        first = errors[0][1]
+        for k, other in errors[1:]:
+            cause = getattr(other, "cause", None) or other  # a RayTaskError's own text is Ray's header
+            _add_note(
+                first, f"call {k + 1} of {len(refs)} also failed: {type(cause).__name__}: {cause}".splitlines()[0]
+            )
+        raise first
+    return results
+
+
+def _add_note(exc: BaseException, note: str) -> None:
+    """``exc.add_note`` where Python has it (3.11+); on 3.10 the same ``__notes__`` list."""
+    add = getattr(exc, "add_note", None)
+    if add is not None:
+        add(note)
+    else:
+        exc.__notes__ = [*getattr(exc, "__notes__", []), note]  # type: ignore[attr-defined]
+
+
 def _edit_result(work: Path, reply: str, usage: dict, state: dict) -> EditResult:
     """The edited checkout as a tree, or the reason it cannot be one (a symlink out of it)."""
     try:
@@ -166,7 +203,7 @@ class WorkerPool:
 
     def edit_many(self, jobs: Sequence[tuple[Snapshot, str, dict[str, Snapshot] | None]]) -> list[EditResult]:
         refs = [self.actors[i % len(self.actors)].edit.remote(*job) for i, job in enumerate(jobs)]
-        return ray.get(refs)
+        return gather(refs)
 
     def ask(self, i: int, prompt: str) -> tuple[str, dict]:
         return ray.get(self.actors[i % len(self.actors)].ask.remote(prompt))
@@ -174,10 +211,10 @@ class WorkerPool:
     def ask_many(self, prompts: Sequence[str], replicas: Sequence[int] | None = None) -> list[tuple[str, dict]]:
         """Prompt ``k`` to actor ``replicas[k]`` (default: round-robin), each actor answering one
         call at a time (so at most ``replicas`` are in flight); replies in prompt order, whatever
-        order they finish in. A failed call raises here."""
+        order they finish in. A failed call raises here, once every call has ended (``gather``)."""
         at = list(replicas) if replicas is not None else list(range(len(prompts)))
         refs = [self.actors[i % len(self.actors)].ask.remote(p) for i, p in zip(at, prompts)]
-        return ray.get(refs)
+        return gather(refs)
 
     @contextlib.contextmanager
     def session(self, i: int, parent: Snapshot) -> Iterator[EditSession]:
