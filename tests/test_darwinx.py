@@ -467,6 +467,21 @@ def test_a_stalled_island_restarts_from_the_seed_and_promotion_sees_every_island
     assert summary["snapshot_id"] == v1, "the stalled island's best is still promoted"
     assert [a["island"] for a in records.read_state()["archive"]] == [0, 0, 0, 0, 1]
 
-    decisions, _, _ = run(scenario(tmp_path / "off", table, edits, params))
-    assert not of(decisions, "restart")
-    assert of(decisions, "screen")[3]["parent_id"] == of(decisions, "confirm")[0]["snapshot_id"]
+    decisions_off, _, _ = run(scenario(tmp_path / "off", table, edits, params))
+    assert not of(decisions_off, "restart")
+    assert of(decisions_off, "screen")[3]["parent_id"] == of(decisions_off, "confirm")[0]["snapshot_id"]
+
+    # Stopped by a worker fault at step 4, after the restart was saved, and resumed: step 4
+    # still edits the seed (the island comes back with the state), and the run decides exactly
+    # what the uninterrupted run decided.
+    broken = edits[:3] + [{"files": {"../outside": "x"}, "reply": "escape"}]
+    path = scenario(tmp_path / "stopped", table, broken, {**params, "restart_after": 2})
+    r = start_run(str(path))
+    from ray.exceptions import RayTaskError
+
+    with pytest.raises(RayTaskError, match="stay inside the checkout"):
+        r.execute()
+    assert r.records.read_state()["islands"]["current"] == 1
+    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
+    resume_run(r.records.uri)
+    assert comparable(r.records.decisions()) == comparable(decisions)
