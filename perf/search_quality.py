@@ -22,6 +22,12 @@ a reference only.
 
     .venv/bin/python perf/search_quality.py --references runs/qs-1 runs/qs-2 ...
 
+With ``--at-step N``: the member a run of the same configuration and seed stopped after N steps
+would have promoted (the highest train mean among the members confirmed by step N: a DarwinX
+run is, decision for decision, the first N steps of a longer one), with its test figures packed
+here in the jail instead of read from the run's own test report. Use it to read a shorter
+budget off one long run.
+
 ``--write-probe targets/binpack_bestfit/probe.json`` writes the example inputs the quickstart's
 mutator probes edits with (``probe_cases``); with ``--probe-family or``, those of the OR config
 (``probe_or.json``).
@@ -131,17 +137,44 @@ def run_figures(run_dir: Path) -> dict:
     return row
 
 
-def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None) -> dict:
+def promoted_by(decisions: list[dict], step: int) -> str:
+    """The snapshot DarwinX's promotion would choose after ``step`` steps: the highest train mean
+    among the seed and the members admitted by then, ties to the earlier (``HighestTrainMean``)."""
+    members = [d for d in decisions if d["kind"] == "seed" or (d["kind"] == "confirm" and d["accepted"])]
+    best = None
+    for d in members:
+        if d["step"] <= step and (best is None or d["train_mean"] > best["train_mean"]):
+            best = d
+    assert best is not None, "a run's decisions start with its seed"
+    return best["snapshot_id"]
+
+
+def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None, at_step: int | None = None) -> dict:
     """``run_figures`` plus the promoted heuristic's excess on each of the ``generated_columns``
-    (default: the Weibull dev split), under ``generated``."""
+    (default: the Weibull dev split), under ``generated``; with ``at_step``, those of the member
+    promoted after that step (``promoted_by``), its test figures measured here."""
     records = RunRecords.open(str(run_dir))
     row = run_figures(run_dir)
+    if at_step is not None:
+        row["run"], row["snapshot_id"] = f"{row['run']} at step {at_step}", promoted_by(row["decisions"], at_step)
+        kept = [d for d in row["decisions"] if (d.get("step") or 0) <= at_step]
+        confirms = [d for d in kept if d["kind"] == "confirm"]
+        row["admitted"], row["confirms"] = sum(d["accepted"] for d in confirms), len(confirms)
+        for key, code in (
+            ("duplicates", "duplicate"),
+            ("twins", "screen_matches_known"),
+            ("below_ratio", "gain_below_ratio"),
+        ):
+            row[key] = sum(1 for d in kept if d.get("reason_code") == code)
+        row.pop("wall_s", None)  # the wall time is the whole run's
     snapshot = records.get_snapshot(row["snapshot_id"])
     source = snapshot.text("heuristic.py")
     with tempfile.TemporaryDirectory(prefix="rsi-quality-") as tmp:
         checkout = snapshot.materialize(Path(tmp) / "checkout")
         columns = generated_columns() if columns is None else columns
         row["generated"] = {name: jailed_excess(tasks, checkout) for name, tasks in columns.items()}
+        if at_step is not None:
+            row["test"] = {name: jailed_excess(load_test_set(name), checkout) for name in TEST_SETS}
     row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
 
@@ -172,6 +205,7 @@ def main() -> None:
     parser.add_argument(
         "--family", choices=["weibull", "or"], default="weibull", help="the dev and fresh instances' family"
     )
+    parser.add_argument("--at-step", type=int, help="the member a run stopped after this many steps would promote")
     parser.add_argument("--write-probe", type=Path, help="write the mutator's probe inputs (JSON) there and stop")
     parser.add_argument("--probe-family", choices=["weibull", "or"], default="weibull")
     args = parser.parse_args()
@@ -187,7 +221,7 @@ def main() -> None:
     print("| --- " * (len(cols) + len(columns) + 7) + "|")
     rows = []
     for run_dir in args.runs:
-        r = run_row(run_dir, columns)
+        r = run_row(run_dir, columns, args.at_step)
         rows.append(r)
         gen = " | ".join(f"{r['generated'][c]:.2f}" for c in columns)
         test = " | ".join(f"{r['test'].get(c, float('nan')):.2f}" for c in cols)

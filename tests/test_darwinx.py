@@ -15,6 +15,7 @@ from rsi.driver.cli import main
 from rsi.driver.resume import resume_run
 from rsi.testing.scripted_server import ScriptedServer
 from rsi.driver.runner import start_run
+from rsi.reporting.data import RunView
 from _cluster import comparable
 from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
@@ -466,6 +467,8 @@ def test_a_stalled_island_restarts_from_the_seed_and_promotion_sees_every_island
     assert [(d["step"], d["accepted"]) for d in of(decisions, "confirm")] == [(1, True), (4, True)]
     assert summary["snapshot_id"] == v1, "the stalled island's best is still promoted"
     assert [a["island"] for a in records.read_state()["archive"]] == [0, 0, 0, 0, 1]
+    seed_view = RunView(records.uri).candidates[0]
+    assert [d["kind"] for d in seed_view.decisions] == ["seed"], "a restart is not one of the seed's decisions"
 
     decisions_off, _, _ = run(scenario(tmp_path / "off", table, edits, params))
     assert not of(decisions_off, "restart")

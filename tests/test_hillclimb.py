@@ -9,6 +9,7 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pytest
 
+from rsi.reporting.data import RunView
 from _runs import of, run, scripted_edit, table_scenario
 
 SPLITS = {"train": ["t1", "t2"], "dev": [], "test": ["x1"]}
@@ -62,7 +63,7 @@ def test_restarts_from_the_seed_after_k_children_without_a_rise(tmp_path, ray_se
         "v5": {"t1": 0.5, "t2": 0.625},  # 0.5625 > seed's 0.5: improved, child of the seed
     }
     edits = [to(v) for v in ("v1", "v2", "v3", "v4", "v5")]
-    decisions, summary, _ = run(scenario(tmp_path, scores, edits, {"max_steps": 5, "restart_after": 2}))
+    decisions, summary, records = run(scenario(tmp_path, scores, edits, {"max_steps": 5, "restart_after": 2}))
     seed, = of(decisions, "seed")
     keeps = of(decisions, "keep")
     assert [(k["accepted"], k["reason_code"], k["climb"]) for k in keeps] == [
@@ -75,6 +76,9 @@ def test_restarts_from_the_seed_after_k_children_without_a_rise(tmp_path, ray_se
     promote, = of(decisions, "promote")
     assert summary["snapshot_id"] == keeps[1]["snapshot_id"]
     assert promote["train_mean"] == 0.625 and promote["climbs"] == 2
+    # the report's seed is still a root: the restart (which names the seed) is not its decision
+    seed_view = RunView(records.uri).candidates[0]
+    assert (seed_view.kind, seed_view.parent_id, len(seed_view.decisions)) == ("seed", None, 1)
 
 
 def test_stops_when_a_new_child_would_exceed_max_rollouts(tmp_path, ray_session):

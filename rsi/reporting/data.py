@@ -31,7 +31,9 @@ from rsi.records import RunRecords
 from rsi.results import ScoreMatrix
 
 #: Decisions that name a snapshot without measuring it as a new candidate.
-NOT_A_CANDIDATE = frozenset({"promote", "test", "validate", "round", "stop", "budget", "decline", "invalid", "merge"})
+NOT_A_CANDIDATE = frozenset(
+    {"promote", "test", "validate", "round", "stop", "budget", "decline", "invalid", "merge", "restart"}
+)
 #: Decisions that record an edit which never became a measured candidate.
 DECLINED = frozenset({"decline", "invalid"})
 #: Decisions after the search itself (the runner's test, meta-evolve's validation).
