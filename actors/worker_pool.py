@@ -129,14 +129,24 @@ def gather(refs: Sequence) -> list:
         except Exception as exc:  # noqa: BLE001 - each outcome is observed; the first one is raised below
             errors.append((k, exc))
     if errors:
-        first = errors[0][1]
-        for k, other in errors[1:]:
-            cause = getattr(other, "cause", None) or other  # a RayTaskError's own text is Ray's header
-            _add_note(
-                first, f"call {k + 1} of {len(refs)} also failed: {type(cause).__name__}: {cause}".splitlines()[0]
-            )
-        raise first
+        first = _first_with_notes(errors, len(refs))
+        try:
+            raise first
+        finally:
+            # Each caught error's traceback holds this frame: while this frame holds the errors,
+            # the cycle keeps every caller's frame, and what they hold (the run's actor handles),
+            # alive until a garbage collection, whenever that comes. A run resumed in the same
+            # process then reattached to an archive actor that died under it.
+            del first, errors
     return results
+
+
+def _first_with_notes(errors: list[tuple[int, BaseException]], calls: int) -> BaseException:
+    first = errors[0][1]
+    for k, other in errors[1:]:
+        cause = getattr(other, "cause", None) or other  # a RayTaskError's own text is Ray's header
+        _add_note(first, f"call {k + 1} of {calls} also failed: {type(cause).__name__}: {cause}".splitlines()[0])
+    return first
 
 
 def _add_note(exc: BaseException, note: str) -> None:

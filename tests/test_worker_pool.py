@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import os
+import weakref
 
 import pytest
 
@@ -36,3 +38,29 @@ def test_a_failed_call_is_raised_after_every_other_call_has_ended(tmp_path, ray_
         assert len(notes) == 1 and notes[0].startswith("call 2 of 2 also failed: "), notes
         assert "fast refusal" in notes[0]
         assert [reply for reply, _ in pool.ask_many(["ZZLATE", "ZZSOON"])] == ["late", "soon"]
+
+
+def test_a_raised_call_failure_leaves_no_cycle_holding_the_callers_frames(tmp_path, ray_session):
+    """The error ``ask_many`` raises must not keep its callers' frames alive past the handler:
+    a run's frames hold its actor handles, and a cycle kept them until some later garbage
+    collection, which killed the archive actor under a run resumed in the same process."""
+    class Held:
+        pass
+
+    def caller(pool, held):  # a frame holding an object, as a run's frames hold its handles
+        pool.ask_many(["ZZFAST", "ZZFAST"])
+
+    rules = [{"match": "ZZFAST", "reply": {"status": 400, "message": "fast refusal"}}]
+    with ScriptedServer([{"rules": rules}], loop=True, api_key=KEY) as srv:
+        cfg = validate_worker({**agent_worker(srv.base_url, "RSI_TEST_POOL_KEY", max_retries=0), "replicas": 2}, "t")
+        pool = WorkerPool(cfg, tmp_path, seed=0)
+        held = Held()
+        alive = weakref.ref(held)
+        gc.disable()
+        try:
+            with pytest.raises(WorkerError):
+                caller(pool, held)
+            del held
+            assert alive() is None, "the caller's frame outlived the error"
+        finally:
+            gc.enable()
