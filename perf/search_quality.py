@@ -42,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from algorithms.slots import HighestTrainMean, Member
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
@@ -111,6 +112,18 @@ def probe_cases(family: str = "weibull", seed: int = PROBE_SEED, limit: int = 30
     return cases
 
 
+def decision_counts(decisions: list[dict]) -> dict[str, int]:
+    """Admitted and confirmed candidates, duplicate declines, screen passes not confirmed as
+    twins of a measured version, and confirms under the gain ratio."""
+    return {
+        "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
+        "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
+        "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
+        "twins": sum(1 for d in decisions if d.get("reason_code") == "screen_matches_known"),
+        "below_ratio": sum(1 for d in decisions if d.get("reason_code") == "gain_below_ratio"),
+    }
+
+
 def run_figures(run_dir: Path) -> dict:
     """What a finished run recorded, read from its files only (nothing of the candidate runs
     here): the test figures the runner printed, decision counts, the train rollouts it executed
@@ -123,11 +136,7 @@ def run_figures(run_dir: Path) -> dict:
         "snapshot_id": summary["snapshot_id"],
         "test": {r["dataset"]: r["excess_pct"] for r in summary.get("test_report", [])},
         "train_rollouts": sum(1 for s in rollouts["split"].to_pylist() if s == "train"),
-        "admitted": sum(1 for d in decisions if d["kind"] == "confirm" and d["accepted"]),
-        "confirms": sum(1 for d in decisions if d["kind"] == "confirm"),
-        "duplicates": sum(1 for d in decisions if d["kind"] == "decline" and d.get("reason_code") == "duplicate"),
-        "twins": sum(1 for d in decisions if d.get("reason_code") == "screen_matches_known"),
-        "below_ratio": sum(1 for d in decisions if d.get("reason_code") == "gain_below_ratio"),
+        **decision_counts(decisions),
         "decisions": decisions,
     }
     wall = run_dir / "wall.txt"
@@ -138,15 +147,14 @@ def run_figures(run_dir: Path) -> dict:
 
 
 def promoted_by(decisions: list[dict], step: int) -> str:
-    """The snapshot DarwinX's promotion would choose after ``step`` steps: the highest train mean
-    among the seed and the members admitted by then, ties to the earlier (``HighestTrainMean``)."""
-    members = [d for d in decisions if d["kind"] == "seed" or (d["kind"] == "confirm" and d["accepted"])]
-    best = None
-    for d in members:
-        if d["step"] <= step and (best is None or d["train_mean"] > best["train_mean"]):
-            best = d
-    assert best is not None, "a run's decisions start with its seed"
-    return best["snapshot_id"]
+    """The snapshot DarwinX's promotion rule (``HighestTrainMean``) chooses after ``step`` steps,
+    among the seed and the members admitted by then."""
+    members = [
+        Member(d["snapshot_id"], d["train_mean"])
+        for d in decisions
+        if d["step"] <= step and (d["kind"] == "seed" or (d["kind"] == "confirm" and d["accepted"]))
+    ]
+    return HighestTrainMean().choose(members).member_id
 
 
 def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None, at_step: int | None = None) -> dict:
@@ -157,15 +165,7 @@ def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None, at_step
     row = run_figures(run_dir)
     if at_step is not None:
         row["run"], row["snapshot_id"] = f"{row['run']} at step {at_step}", promoted_by(row["decisions"], at_step)
-        kept = [d for d in row["decisions"] if (d.get("step") or 0) <= at_step]
-        confirms = [d for d in kept if d["kind"] == "confirm"]
-        row["admitted"], row["confirms"] = sum(d["accepted"] for d in confirms), len(confirms)
-        for key, code in (
-            ("duplicates", "duplicate"),
-            ("twins", "screen_matches_known"),
-            ("below_ratio", "gain_below_ratio"),
-        ):
-            row[key] = sum(1 for d in kept if d.get("reason_code") == code)
+        row.update(decision_counts([d for d in row["decisions"] if (d.get("step") or 0) <= at_step]))
         row.pop("wall_s", None)  # the wall time is the whole run's
     snapshot = records.get_snapshot(row["snapshot_id"])
     source = snapshot.text("heuristic.py")
