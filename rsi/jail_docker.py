@@ -110,6 +110,13 @@ def _base_layer() -> bytes:
     return buf.getvalue()
 
 
+def memory_limit_mb(limits: Any) -> int:
+    """The container's cgroup memory limit: a backstop over the address-space limit, which binds
+    each process alone, for a rollout's processes together. The cgroup also counts what the
+    rollout writes to its in-memory file systems, hence a tmpfs allowance on top."""
+    return limits.memory_mb + 3 * limits.tmpfs_mb
+
+
 def container_args(
     argv: Sequence[str], env: Mapping[str, str], limits: Any, harness: Mapping[str, str], binds: Mapping[str, str]
 ) -> dict[str, Any]:
@@ -140,9 +147,8 @@ def container_args(
         "init": True,
         "shm_size": limits.tmpfs_mb * mb,
         "mounts": ro + rw + tmp,
-        # a backstop over the address-space limit: the cgroup also counts the three tmpfs
-        "mem_limit": (limits.memory_mb + 3 * limits.tmpfs_mb) * mb,
-        "memswap_limit": (limits.memory_mb + 3 * limits.tmpfs_mb) * mb,
+        "mem_limit": memory_limit_mb(limits) * mb,
+        "memswap_limit": memory_limit_mb(limits) * mb,
         "pids_limit": limits.max_procs + 2,  # the init and the start script's shell count too
         "ulimits": [
             Ulimit(name="cpu", soft=cpu, hard=cpu + 1),  # SIGXCPU at the soft limit, SIGKILL after
@@ -238,6 +244,7 @@ class ContainerProcess:
         self.stdout = os.fdopen(out_r, "rb", buffering=0)
         self.stderr = os.fdopen(err_r, "rb", buffering=0)
         self._status: int | None = None
+        self.oom_killed = False  # the engine's word: the cgroup's out-of-memory killer struck
         self._threads: list[threading.Thread] = []
 
     def release(self) -> None:
@@ -278,12 +285,18 @@ class ContainerProcess:
             self._status = int(self.container.wait()["StatusCode"])
         except Exception:  # the engine lost the container: a kill by signal as far as we know
             self._status = 137
+        else:
+            try:
+                self.container.reload()
+                self.oom_killed = bool(self.container.attrs["State"].get("OOMKilled"))
+            except Exception:
+                pass  # removed under us: the exit code alone tells the story
         os.write(self._exit_w, b"x")
         os.close(self._exit_w)
 
     def collect(self) -> tuple[int, float]:
         """The exit code as Popen gives it (a kill by signal N is -N) and the CPU seconds used
-        (not measured: 0.0; a CPU limit shows as SIGXCPU)."""
+        (not measured: 0.0; a CPU limit shows as SIGXCPU). ``oom_killed`` is read by then."""
         self._threads[-1].join()
         assert self._status is not None
         self.returncode = jail.exit_code(self._status)

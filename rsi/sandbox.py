@@ -888,6 +888,7 @@ class _Run:
     returncode: int | None = None
     cpu_s: float = 0.0
     duration_s: float = 0.0
+    oom_killed: bool = False  # a container's memory limit (the cgroup's), as the engine reports it
 
 
 class _Pump:
@@ -973,6 +974,7 @@ class _Pump:
         collect = getattr(self.proc, "collect", None)  # a container: the engine has its exit code
         if collect is not None:
             self.run_.returncode, self.run_.cpu_s = collect()
+            self.run_.oom_killed = bool(getattr(self.proc, "oom_killed", False))
         else:
             status, usage = self.reaped or os.wait4(self.proc.pid, 0)[1:]
             self.run_.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
@@ -1089,6 +1091,8 @@ def _verdict(
         raise RsiError("the rollout process was not reaped")
     if code == -signal.SIGXCPU or (code == -signal.SIGKILL and run.cpu_s >= limits.cpu_limit_s):
         return "timeout", None, f"CPU limit of {limits.cpu_limit_s} s reached"
+    if code == -signal.SIGKILL and run.oom_killed:
+        return "error", None, f"memory limit reached: the container's {jail_docker.memory_limit_mb(limits)} MB"
     if code != 0:
         what = f"killed by {_signal_name(-code)}" if code < 0 else f"exit code {code}"
         last = _last_line(run.stderr)

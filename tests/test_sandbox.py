@@ -6,7 +6,6 @@ processes even if every defence failed), so a regression cannot take the machine
 
 from __future__ import annotations
 
-import json
 import os
 import resource
 import shutil
@@ -447,3 +446,28 @@ print(o.status, o.output, o.reason)
         assert out.stdout.split()[0] == "ok" and python in out.stdout, out.stdout + out.stderr[-1000:]
     finally:
         shutil.rmtree(parent, ignore_errors=True)
+
+
+def test_a_container_over_its_memory_limit_is_reported_as_such(docker_host, monkeypatch, checkout):
+    """Processes that each stay under the address-space limit but together pass the container's
+    memory limit: the engine's out-of-memory killer ends the largest, the candidate itself, and
+    the reason says so instead of a bare SIGKILL."""
+    monkeypatch.setattr(sandbox, "resolve_backend", lambda name: "docker")
+    argv = program(checkout, """
+        import os, time
+        mb = 1024 * 1024
+        r, w = os.pipe()
+        if os.fork() == 0:
+            held = b"c" * (120 * mb)  # written, so resident
+            os.write(w, b"x")
+            time.sleep(60)
+            os._exit(0)
+        os.read(r, 1)
+        held = [b"m" * mb for _ in range(250)]  # the largest process: the one the killer picks
+        print("{}")
+    """)
+    limits = Limits(timeout_s=30, memory_mb=300, tmpfs_mb=16)
+    out = run_program(argv, checkout, {}, limits)
+    assert out.status == "error", out
+    assert out.returncode == -signal.SIGKILL
+    assert out.reason == "memory limit reached: the container's 348 MB"
