@@ -43,7 +43,7 @@ from pathlib import Path
 import numpy as np
 
 from algorithms.slots import HighestTrainMean, Member
-from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, sample_items
+from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, or_library_sizes, sample_items
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
 from benchmarks.binpack.published import funsearch_weibull
@@ -61,11 +61,6 @@ def excess(tasks: list[Task], assign) -> float:
     return 100.0 * (used - bound) / bound
 
 
-# OR runs are judged per OR-Library instance size (its test sets OR1-OR4 hold 120, 250, 500 and
-# 1000 items), Weibull runs on the protocol's 5000-item instances.
-OR_SIZES = (120, 250, 500, 1000)
-
-
 def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str, list[Task]]:
     """The generated instances a report shows, by column: dev (what levers are chosen on) and,
     with ``fresh``, the 100 fresh instances nothing selects on; for OR, one column per size."""
@@ -73,9 +68,10 @@ def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str,
     if family == "weibull":
         return {f"{split} Weibull": generated("weibull", split) for split in splits}
     out = {}
+    sizes = or_library_sizes()  # OR runs are judged per OR-Library instance size
     for split in splits:
-        tasks = generated("or", split, items=OR_SIZES)  # the sizes cycle: 5 (dev) or 25 (fresh) of each
-        for n in OR_SIZES:
+        tasks = generated("or", split, items=sizes)  # the sizes cycle: 5 (dev) or 25 (fresh) of each
+        for n in sizes:
             out[f"{split} OR {n}"] = [t for t in tasks if len(t.input["items"]) == n]
     return out
 

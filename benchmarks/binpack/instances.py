@@ -78,6 +78,14 @@ def load_test_set(name: str) -> list[Task]:
     return [make_task(f"{name}/{iid}", name, capacity, list(items)) for iid, items in data["instances"].items()]
 
 
+def or_library_sizes() -> tuple[int, ...]:
+    """Items per instance of OR1-OR4 (120, 250, 500, 1000), read from the files: what the OR config
+    mixes in its train instances and what per-size reports of OR runs are split by."""
+    return tuple(
+        len(next(iter(_read(TEST_FILES[name])["instances"].values()))) for name in ("OR1", "OR2", "OR3", "OR4")
+    )
+
+
 def sample_items(family: str, rng: np.random.Generator, n: int) -> np.ndarray:
     if family == "or":
         return rng.integers(20, 100, size=n, endpoint=True)
