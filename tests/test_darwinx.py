@@ -484,7 +484,71 @@ def test_a_stalled_island_restarts_from_the_seed_and_promotion_sees_every_island
 
     with pytest.raises(RayTaskError, match="stay inside the checkout"):
         r.execute()
-    assert r.records.read_state()["islands"]["current"] == 1
+    assert r.records.read_state()["islands"]["current"] == [1]
     (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
     resume_run(r.records.uri)
     assert comparable(r.records.decisions()) == comparable(decisions)
+
+
+def test_islands_side_by_side_each_edit_their_own_lineage_and_promotion_sees_both(tmp_path, ray_session):
+    """With two islands, odd steps draw parents from island 0 and even steps from island 1 (the
+    seed is in both). v1 (step 1) wins island 0; step 2 still edits the seed, although pure
+    exploitation would pick v1, and v2 starts island 1; steps 3 and 4 edit v1 and v2. Promotion
+    picks the best of both: v4, island 1's. Without islands, steps 2-4 all edit the best member."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+        "v1": {"t1": 0.8, "t2": 0.8, "t3": 0.8, "x1": 0.7},
+        "v2": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "v3": {"t1": 0.85, "t2": 0.85, "t3": 0.85},
+        "v4": {"t1": 0.9, "t2": 0.9, "t3": 0.9, "x1": 0.8}}}
+    edits = [version(v) for v in ("v1", "v2", "v3", "v4")]
+    params = {"max_steps": 4, "merge_every": 0, "exploration_probability": 0.0}
+    decisions, summary, records = run(scenario(tmp_path / "on", table, edits, {**params, "islands": 2}))
+    seed_id = decisions[0]["snapshot_id"]
+    confirmed = {d["step"]: d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]}
+    assert sorted(confirmed) == [1, 2, 3, 4]
+    assert [(d["step"], d["parent_id"]) for d in of(decisions, "screen")] == [
+        (1, seed_id), (2, seed_id), (3, confirmed[1]), (4, confirmed[2])]
+    assert summary["snapshot_id"] == confirmed[4]
+    state = records.read_state()
+    assert [a["island"] for a in state["archive"]] == [0, 0, 1, 0, 1]
+    assert state["islands"]["current"] == [0, 1] and not of(decisions, "restart")
+
+    decisions_off, _, _ = run(scenario(tmp_path / "off", table, edits, params))
+    off = {d["step"]: d["snapshot_id"] for d in of(decisions_off, "confirm") if d["accepted"]}
+    assert [d["parent_id"] for d in of(decisions_off, "screen")][1:] == [off[1], off[1], off[3]]
+
+
+def test_a_saved_run_from_before_lanes_resumes_in_its_island():
+    """State saved when islands were one scalar each reads as one lane; its next restart is due
+    exactly restart_after steps after its last rise."""
+    from algorithms.darwinx.islands import Islands
+
+    islands = Islands.from_state(600, 1, {"restart_after": 600, "current": 2, "best_mean": 0.9, "best_step": 1200})
+    assert (islands.count, islands.current, islands.best_mean, islands.best_step) == (1, [2], [0.9], [1200])
+    assert islands.due(1799, 3000) == [] and islands.due(1800, 3000) == [0] and islands.due(3000, 3000) == []
+    islands.restart(0, 1800, 0.5)
+    assert (islands.current, islands.best_mean, islands.best_step) == ([3], [0.5], [1800])
+
+def test_a_stalled_lane_restarts_alone(tmp_path, ray_session):
+    """Two islands, restart_after 2: island 1's first edit (step 2) is refused and nothing else
+    comes to it, so after step 4 its lane starts island 2 from the seed, while island 0, which
+    rose at step 3, goes on; step 6 (lane 1) then edits the seed."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+        "v1": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        "v2": {"t1": 0.1, "t2": 0.1, "t3": 0.1},
+        "v3": {"t1": 0.8, "t2": 0.8, "t3": 0.8, "x1": 0.7},
+        "v4": {"t1": 0.0, "t2": 0.0, "t3": 0.0},
+        "v5": {"t1": 0.9, "t2": 0.9, "t3": 0.9},
+        "v6": {"t1": 0.3, "t2": 0.3, "t3": 0.3}}}
+    edits = [version(v) for v in ("v1", "v2", "v3", "v4", "v5", "v6")]
+    params = {"max_steps": 6, "merge_every": 0, "exploration_probability": 0.0, "islands": 2, "restart_after": 2}
+    decisions, _, records = run(scenario(tmp_path, table, edits, params))
+    seed_id = decisions[0]["snapshot_id"]
+    restart, = of(decisions, "restart")
+    assert (restart["step"], restart["lane"], restart["left_island"], restart["island"]) == (4, 1, 1, 2)
+    screens = {d["step"]: d["parent_id"] for d in of(decisions, "screen")}
+    confirmed = {d["step"]: d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]}
+    assert screens[5] == confirmed[3] and screens[6] == seed_id
+    assert records.read_state()["islands"]["current"] == [0, 2]

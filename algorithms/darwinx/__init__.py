@@ -92,7 +92,7 @@ class DarwinX(Algorithm):
         self._distil_queue: list[tuple[Proposal, str]] = []  # candidates awaiting their distil reply
         self.declined: list[dict] = []
         self.tried_pairs: set[tuple[str, str]] = set()
-        self.islands = Islands(params.restart_after)
+        self.islands = Islands(params.restart_after, params.islands)
 
     # ---- the loop (the base runs it: seed, then step_once until max_steps, then finish) ------
     def step_once(self) -> None:
@@ -102,8 +102,8 @@ class DarwinX(Algorithm):
         self.measure(proposals)
         self.step = proposals[-1].step
         self.islands.observe(p.candidate for p in proposals if p.candidate is not None)
-        if self.islands.due(self.step, self.p.max_steps):
-            self._restart()
+        for lane in self.islands.due(self.step, self.p.max_steps):
+            self._restart(lane)
 
     def seed(self) -> None:
         snap = self.ctx.seed_snapshot
@@ -116,7 +116,7 @@ class DarwinX(Algorithm):
         seed.trace_refs = self._trace_refs(table)
         self.archive.append(seed)
         self.ctx.archive.append(seed.record())
-        self.islands.best_mean = seed.train_mean
+        self.islands.start(seed.train_mean)
         self.decide(
             "seed",
             snap.snapshot_id,
@@ -158,7 +158,7 @@ class DarwinX(Algorithm):
                 self.record_prompt("recombine", prompt, step=step)
                 jobs.append((main.snapshot, prompt, refs))
             else:
-                parent = self._select_parent()
+                parent = self._select_parent(self.islands.lane(step))
                 prop = Proposal(step, "mutation", parent)
                 prompt = self._mutate_prompt(parent)
                 self.record_prompt("mutate", prompt, step=step)
@@ -178,7 +178,7 @@ class DarwinX(Algorithm):
                     parent_id=prop.parent.snapshot_id,
                     donor_id=prop.donor.snapshot_id if prop.donor else None,
                     reply=reply,
-                    island=self.islands.current,
+                    island=self.islands.current[self.islands.lane(prop.step)],
                 )
         return proposals
 
@@ -348,27 +348,31 @@ class DarwinX(Algorithm):
                 return c
         return None
 
-    def _select_parent(self) -> Candidate:
-        members = [c.member() for c in self.archive if self.islands.holds(c)]
+    def _select_parent(self, lane: int) -> Candidate:
+        members = [c.member() for c in self.archive if self.islands.holds(c, lane)]
         chosen = self.parent_selection.select(members, self.rng)
         return next(c for c in self.archive if c.snapshot_id == chosen.member_id)
 
-    def _restart(self) -> None:
-        """A new island from the seed (``islands.py``): the stalled one stays in the archive."""
+    def _restart(self, lane: int) -> None:
+        """A new island from the seed in ``lane`` (``islands.py``): the stalled one stays in the
+        archive."""
         seed = self.archive[0]
-        stalled = self.step - self.islands.best_step
-        left = self.islands.best_mean
-        self.islands.restart(self.step, seed.train_mean)
+        stalled = self.step - self.islands.best_step[lane]
+        left, old = self.islands.best_mean[lane], self.islands.current[lane]
+        self.islands.restart(lane, self.step, seed.train_mean)
+        new = self.islands.current[lane]
         self.decide(
             "restart",
             seed.snapshot_id,
             None,
             step=self.step,
-            reason=f"no rise of the island's best train mean ({left:.4f}) in {stalled} steps; "
-            f"island {self.islands.current} starts from the seed",
+            reason=f"no rise of island {old}'s best train mean ({left:.4f}) in {stalled} steps; "
+            f"island {new} starts from the seed",
             reason_code="stalled",
-            island=self.islands.current,
+            island=new,
+            left_island=old,
             left_mean=left,
+            lane=lane,
         )
 
     def _next_pair(self) -> tuple[Candidate, Candidate] | None:
@@ -563,7 +567,7 @@ class DarwinX(Algorithm):
         ]
         self.declined = state["declined"]
         self.tried_pairs = {tuple(p) for p in state["tried_pairs"]}
-        self.islands = Islands.from_state(self.p.restart_after, state.get("islands"))
+        self.islands = Islands.from_state(self.p.restart_after, self.p.islands, state.get("islands"))
 
 
 def _fmt(v) -> str:

@@ -33,7 +33,7 @@ class Candidate:
     reply: str = ""
     learning: str = ""
     trace_refs: dict[str, list[str]] = field(default_factory=dict)
-    island: int = 0  # the restart it was proposed in (``islands.py``); the seed's is 0
+    island: int = 0  # the lineage it was proposed in (``islands.py``); the seed's is 0
 
     @property
     def snapshot_id(self) -> str:

@@ -1,54 +1,88 @@
-"""Restarts into islands: what DarwinX does when its search has stopped moving.
+"""Islands: lineages that DarwinX keeps apart, side by side and after a stall.
 
 A long search can find its best member early and then spend the rest of its budget editing
 the neighbours of it and of its ancestors, none of which ever gains again (goal 2 of the
-bin-packing study: one seed found its best at step 260 of 1500). With ``restart_after`` K,
-once the current island's best train mean has not risen for K steps, a new island begins
-from the seed: parents are drawn from its members (and the seed) only, so the next edits
-explore a lineage that owes nothing to the stalled one. Nothing is thrown away: every island
-stays in the archive, promotion still chooses among all confirmed members, and merges may
-pair members of any islands.
+bin-packing study: one seed found its best at step 260 of 1500). Two remedies, alone or together:
 
-The trigger reads only the train means the gates measured and consumes no random draws, so a
-run is step for step the run without restarts until its first restart.
+- ``islands`` N > 1 searches N lineages side by side, as FunSearch does: step s edits a parent
+  drawn from lane ``(s - 1) mod N`` (its island's members and the seed), so each lineage gets
+  every N-th step and none is ever left. A run is then about as good as its best lineage.
+- ``restart_after`` K > 0: once a lane's island has not raised its best train mean in K of
+  its own steps (K x N steps of the run), that lane starts a new island from the seed, so its next edits explore a lineage that
+  owes nothing to the stalled one.
+
+Nothing is thrown away: every island stays in the archive, promotion still chooses among all
+confirmed members, and merges may pair members of any islands (the only exchange between them).
+A lane is a position in the rotation; an island is a lineage, numbered in order of creation
+(lane i starts with island i; a restart takes the next free number).
+
+Lanes and restarts read only the step number and the train means the gates measured, and draw
+no random numbers, so with one lane a run is step for step the run without restarts until its
+first restart.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from algorithms.slots import TOLERANCE
 
 
 @dataclass
 class Islands:
-    restart_after: int  # steps without a rise before a new island; 0: never
-    current: int = 0
-    best_mean: float = 0.0  # the current island's best train mean (its seed's at its start)
-    best_step: int = 0  # the step at which it last rose (the island's first step at its start)
+    restart_after: int  # steps without a rise before a lane starts a new island; 0: never
+    count: int = 1  # lanes searched side by side
+    current: list[int] = field(default_factory=list)  # each lane's island
+    best_mean: list[float] = field(default_factory=list)  # each lane's island's best train mean
+    best_step: list[int] = field(default_factory=list)  # the step at which it last rose (or began)
 
-    def holds(self, candidate) -> bool:
-        """Whether ``candidate`` is a possible parent now: the seed belongs to every island."""
-        return candidate.kind == "seed" or candidate.island == self.current
+    def __post_init__(self):
+        if not self.current:
+            self.current = list(range(self.count))
+            self.best_mean = [0.0] * self.count
+            self.best_step = [0] * self.count
+
+    def lane(self, step: int) -> int:
+        return (step - 1) % self.count
+
+    def holds(self, candidate, lane: int) -> bool:
+        """Whether ``candidate`` is a possible parent in ``lane``: the seed belongs to every island."""
+        return candidate.kind == "seed" or candidate.island == self.current[lane]
+
+    def start(self, seed_mean: float) -> None:
+        self.best_mean = [seed_mean] * self.count
 
     def observe(self, candidates) -> None:
-        """Take in a round's confirmed candidates (any order): a rise of the island's best."""
+        """Take in a round's confirmed candidates (any order): rises of the lanes' best."""
         for c in candidates:
-            if c.admitted and c.island == self.current and c.train_mean > self.best_mean + TOLERANCE:
-                self.best_mean, self.best_step = c.train_mean, max(self.best_step, c.step)
+            if not c.admitted or c.island not in self.current:
+                continue
+            i = self.current.index(c.island)
+            if c.train_mean > self.best_mean[i] + TOLERANCE:
+                self.best_mean[i], self.best_step[i] = c.train_mean, max(self.best_step[i], c.step)
 
-    def due(self, step: int, max_steps: int) -> bool:
-        """A restart is due after ``restart_after`` steps without a rise, unless no step is left."""
-        return bool(self.restart_after) and step - self.best_step >= self.restart_after and step < max_steps
+    def due(self, step: int, max_steps: int) -> list[int]:
+        """The lanes whose island has gone ``restart_after`` of its own steps (every ``count``-th
+        step is a lane's) without a rise, unless no step is left."""
+        if not self.restart_after or step >= max_steps:
+            return []
+        wait = self.restart_after * self.count
+        return [i for i in range(self.count) if step - self.best_step[i] >= wait]
 
-    def restart(self, step: int, seed_mean: float) -> None:
-        self.current += 1
-        self.best_mean, self.best_step = seed_mean, step
+    def restart(self, lane: int, step: int, seed_mean: float) -> None:
+        self.current[lane] = max(self.current) + 1  # the newest island is always some lane's
+        self.best_mean[lane], self.best_step[lane] = seed_mean, step
 
     def state(self) -> dict:
         return asdict(self)
 
     @classmethod
-    def from_state(cls, restart_after: int, state: dict | None) -> Islands:
-        """A saved run without islands (older records) resumes in island 0."""
-        return cls(restart_after, **{k: v for k, v in (state or {}).items() if k != "restart_after"})
+    def from_state(cls, restart_after: int, count: int, state: dict | None) -> Islands:
+        """Saved runs from before lanes (one island, scalar fields) resume in their island."""
+        if not state:
+            return cls(restart_after, count)
+        lanes = {k: v if isinstance(v, list) else [v] for k, v in state.items() if k in _LANE_FIELDS}
+        return cls(restart_after, len(lanes["current"]), **lanes)
+
+
+_LANE_FIELDS = ("current", "best_mean", "best_step")

@@ -29,10 +29,17 @@ class DarwinXParams(AlgorithmParams):
     )
     solved_threshold: float = Field(1.0, gt=0, le=1, description="avg@k at which a task counts solved, in (0, 1]")
     exploration_probability: float = Field(0.5, ge=0, le=1, description="probability of a uniform parent choice")
+    islands: int = Field(
+        1,
+        ge=1,
+        le=64,
+        description="lineages searched side by side: step s draws its parent from island (s - 1) mod N and "
+        "the seed only; promotion sees every island, merges may pair any two",
+    )
     restart_after: int = Field(
         0,
         ge=0,
-        description="steps without a rise of the current island's best train mean before a new island starts "
+        description="steps without a rise of an island's best train mean before its lane starts a new island "
         "from the seed (parents then come from it alone; promotion still sees every island); 0: never",
     )
     merge_every: int = Field(3, ge=0, description="recombination cadence in steps; 0 disables")
