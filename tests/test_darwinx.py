@@ -530,6 +530,15 @@ def test_a_saved_run_from_before_lanes_resumes_in_its_island():
     islands.restart(0, 1800, 0.5)
     assert (islands.current, islands.best_mean, islands.best_step) == ([3], [0.5], [1800])
 
+def test_every_lane_merges_at_the_cadence_of_its_own_steps():
+    """Counted in steps of the run, merges every 6 steps would all fall in lane 1 of two."""
+    from algorithms.darwinx.islands import Islands
+
+    two = Islands(0, 2)
+    merging = [s for s in range(1, 25) if two.own_step(s) % 6 == 0]
+    assert merging == [11, 12, 23, 24] and {two.lane(s) for s in merging} == {0, 1}
+    assert [s for s in range(1, 25) if Islands(0, 1).own_step(s) % 6 == 0] == [6, 12, 18, 24]
+
 def test_a_stalled_lane_restarts_alone(tmp_path, ray_session):
     """Two islands, restart_after 2: island 1's first edit (step 2) is refused and nothing else
     comes to it, so after step 4 its lane starts island 2 from the seed, while island 0, which

@@ -137,7 +137,8 @@ class DarwinX(Algorithm):
         jobs: list[tuple[Snapshot, str, dict[str, Snapshot] | None]] = []
         for j in range(n):
             step = self.step + 1 + j
-            pair = self._next_pair() if self.p.merge_every and step % self.p.merge_every == 0 else None
+            merging = self.p.merge_every and self.islands.own_step(step) % self.p.merge_every == 0
+            pair = self._next_pair() if merging else None
             if pair:
                 main, donor = pair
                 ancestor = common_ancestor(main, donor, self._by_id())

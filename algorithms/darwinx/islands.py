@@ -45,6 +45,12 @@ class Islands:
     def lane(self, step: int) -> int:
         return (step - 1) % self.count
 
+    def own_step(self, step: int) -> int:
+        """``step``'s number among its lane's steps: cadences such as ``merge_every`` count these,
+        so that every lane merges as often (with two lanes and merges every 6 steps of the run,
+        all merges would fall in lane 1)."""
+        return (step - 1) // self.count + 1
+
     def holds(self, candidate, lane: int) -> bool:
         """Whether ``candidate`` is a possible parent in ``lane``: the seed belongs to every island."""
         return candidate.kind == "seed" or candidate.island == self.current[lane]

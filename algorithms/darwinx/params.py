@@ -42,7 +42,7 @@ class DarwinXParams(AlgorithmParams):
         description="steps without a rise of an island's best train mean before its lane starts a new island "
         "from the seed (parents then come from it alone; promotion still sees every island); 0: never",
     )
-    merge_every: int = Field(3, ge=0, description="recombination cadence in steps; 0 disables")
+    merge_every: int = Field(3, ge=0, description="recombination cadence in steps (of each island's lane); 0 disables")
     duplicate_retries: int = Field(
         3,
         ge=0,
