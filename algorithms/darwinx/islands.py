@@ -8,8 +8,8 @@ bin-packing study: one seed found its best at step 260 of 1500). Two remedies, a
   drawn from lane ``(s - 1) mod N`` (its island's members and the seed), so each lineage gets
   every N-th step and none is ever left. A run is then about as good as its best lineage.
 - ``restart_after`` K > 0: once a lane's island has not raised its best train mean in K of
-  its own steps (K x N steps of the run), that lane starts a new island from the seed, so its next edits explore a lineage that
-  owes nothing to the stalled one.
+  its own steps (K x N steps of the run), that lane starts a new island from the seed, so its
+  next edits explore a lineage that owes nothing to the stalled one.
 
 Nothing is thrown away: every island stays in the archive, promotion still chooses among all
 confirmed members, and merges may pair members of any islands (the only exchange between them).
