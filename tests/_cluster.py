@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 REPO = Path(__file__).resolve().parents[1]
 BIN = Path(sys.executable).parent
@@ -308,7 +308,7 @@ class FakeAutoscalingCluster(LocalCluster):
                 "                  if n['Alive'] and 'node_head' not in n['Resources']}))\n")
         return json.loads(self.python(code).strip().splitlines()[-1])
 
-    def watch(self, interval: float = 0.5) -> "NodeWatch":
+    def watch(self, interval: float = 0.5) -> NodeWatch:
         return NodeWatch(self, interval)
 
     def _raylets(self) -> dict[str, int]:

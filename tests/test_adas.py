@@ -9,11 +9,11 @@ import os
 from pathlib import Path
 
 import pytest
+from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
 from rsi.driver.cli import main
 from rsi.records import RunRecords
 from rsi.testing.scripted_server import ScriptedServer
-from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
 SPLITS = {"train": [], "dev": ["d1", "d2"], "test": ["x1"]}
 SCORES = {

@@ -9,8 +9,8 @@ import shutil
 import pytest
 
 from rsi.errors import ConfigError, WorkerError
-from rsi.testing.scripted_server import ScriptedServer
 from rsi.snapshot import Snapshot
+from rsi.testing.scripted_server import ScriptedServer
 from rsi.workers import worker_class
 
 KEY = "agent-test-key-0c41d2"

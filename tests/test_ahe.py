@@ -13,16 +13,16 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _runs import agent_worker, assert_no_secret, of, run, table_scenario
+from _runs import scripted_edit as edit
 
 from algorithms.ahe.manifest import ManifestError, parse_manifest
 from rsi.driver.cli import main
-from rsi.errors import WorkerError
 from rsi.driver.evaluate import evaluate_target
-from rsi.records import RunRecords
 from rsi.driver.runner import start_run
+from rsi.errors import WorkerError
+from rsi.records import RunRecords
 from rsi.testing.scripted_server import ScriptedServer, request_text
-from _runs import agent_worker, assert_no_secret, of, run, table_scenario
-from _runs import scripted_edit as edit
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}

@@ -25,7 +25,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from _cluster import FAKE_MULTINODE, REPO, FakeAutoscalingCluster, comparable, decisions, rollout_keys
 
 _spec = importlib.util.spec_from_file_location("perf_autoscaling", REPO / "perf" / "autoscaling.py")
@@ -152,9 +151,10 @@ def test_each_request_is_batched_for_the_cpus_the_cluster_has_then(tmp_path, ray
     """The Evaluator reads the cluster's CPUs for every request that runs rollouts, not once at
     start (a cluster that starts with no worker node would be sized for one CPU for good); and
     the rows never depend on the batching: seeds and cache keys are per rollout."""
+    from test_evaluator import prepared_run
+
     from actors.evaluator import Evaluator
     from rsi.results import Request
-    from test_evaluator import prepared_run
 
     Plain = Evaluator.__ray_actor_class__
     cluster_cpus = [0]

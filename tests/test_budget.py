@@ -13,9 +13,9 @@ import shutil
 from pathlib import Path
 
 import yaml
+from _runs import of, run
 
 from rsi.testing.scripted_server import ScriptedServer
-from _runs import of, run
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "budget-test-key-7d01c2"

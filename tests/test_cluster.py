@@ -20,9 +20,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
-from _cluster import (REPO, LocalCluster, cmdline, comparable, decisions, descendants, rollout_keys,
-                      slow_table_scenario)
+from _cluster import REPO, LocalCluster, cmdline, comparable, decisions, descendants, rollout_keys, slow_table_scenario
 
 LAUNCHERS = sorted((REPO / "cluster" / "launcher").glob("*.yaml"))
 RAYJOB = REPO / "cluster" / "kuberay" / "rayjob.yaml"

@@ -2,7 +2,6 @@
 no run directory, no Ray, no model call."""
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -126,7 +125,6 @@ def test_empty_split_the_algorithm_needs(setup, capsys):
     class NeedsDev(Algorithm):
         requires_splits = ("dev",)
 
-    from rsi.benchmark import BenchmarkParams
     from benchmarks.table import TableBenchmark, TableParams
 
     (setup / "table.yaml").write_text(TABLE.replace("dev: [d1]", "dev: []").replace("d1: 0.5, ", ""))

@@ -10,14 +10,14 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from _cluster import comparable
+from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
 
 from rsi.driver.cli import main
 from rsi.driver.resume import resume_run
-from rsi.testing.scripted_server import ScriptedServer
 from rsi.driver.runner import start_run
 from rsi.reporting.data import RunView
-from _cluster import comparable
-from _runs import agent_worker, assert_no_secret, of, run, scripted_edit, table_scenario, tool_call
+from rsi.testing.scripted_server import ScriptedServer
 
 REPO = Path(__file__).resolve().parents[1]
 KEY = "sk-darwinx-test-key-0123456789"

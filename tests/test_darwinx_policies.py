@@ -4,10 +4,10 @@ checked by ``rsi validate``, and used by the run."""
 from __future__ import annotations
 
 import pytest
-
 from _runs import of, run
-from rsi.driver.cli import main
 from test_darwinx import SPLITS, scenario, version
+
+from rsi.driver.cli import main
 
 TABLE = {"splits": SPLITS, "scores": {
     "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},

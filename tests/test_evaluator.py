@@ -31,8 +31,8 @@ import yaml
 
 from actors.client import EvaluatorClient
 from rsi.config import load_config
-from rsi.errors import ClusterError
 from rsi.driver.runner import prepare
+from rsi.errors import ClusterError
 from rsi.target import ProgramTarget
 
 REPO = Path(__file__).resolve().parents[1]

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pyarrow.compute as pc
 import pytest
+from _runs import of, run, scripted_edit, table_scenario
 
 from rsi.reporting.data import RunView
-from _runs import of, run, scripted_edit, table_scenario
 
 SPLITS = {"train": ["t1", "t2"], "dev": [], "test": ["x1"]}
 

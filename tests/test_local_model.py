@@ -6,7 +6,6 @@ Skipped with the reason when the optional extra ``[local]`` is not installed.
 from __future__ import annotations
 
 import socket
-import sys
 from pathlib import Path
 
 import pytest
@@ -62,7 +61,7 @@ def test_miniagent_answers_qa_tasks_through_smollm2(served, tmp_path):
     target = MiniAgentTarget(TargetConfig(path=".", kind="miniagent", limits={"timeout_s": 120},
                                           model=served.model_dump(exclude_none=True)), bench)
     scores, contains = [], []
-    for i, task in enumerate(bench.split("train")):
+    for task in bench.split("train"):
         with Snapshot.from_dir(MINIAGENT).check_out() as checkout:
             result = target.run(Path(checkout), task, 0, 0)
         assert result.status == "ok", result.trace

@@ -9,10 +9,10 @@ import sys
 import pytest
 
 from algorithms.meta.binpack import BinpackDomain, offline_mutation
-from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.harbor import DockerRunner, HarborProblem, LocalRunner, docker_client, load_task
 from algorithms.meta.inner import c_sweep, run_inner, tree_search
 from algorithms.meta.landscape import SOURCE, TARGET
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.tree import FlatPuct, mix
 from benchmarks.binpack.instances import CAPACITY
 from benchmarks.binpack.online import best_fit, count_bins, l1_bound, pack

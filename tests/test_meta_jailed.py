@@ -14,13 +14,13 @@ import pytest
 
 from algorithms.meta import jailed
 from algorithms.meta.benchmark import BinpackParams, BinpackSearchBenchmark, LandscapeBenchmark, MetaParams
-from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import InnerSearch, run_inner
 from algorithms.meta.landscape import SOURCE
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.rewards import auc
 from algorithms.meta.seeds import seed_source
-from algorithms.meta.tree import mix
 from algorithms.meta.target import PolicyTarget, build
+from algorithms.meta.tree import mix
 from algorithms.meta.validation import c_rule
 from algorithms.meta.values import policy_source, priority_selection, validate_proposal
 from rsi.config import TargetConfig

@@ -11,18 +11,18 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _runs import assert_no_secret, of, run
 
 from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
-from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import run_inner
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
 from algorithms.meta.validation import c_rule, placement
 from rsi.benchmark import Task
-from rsi.driver.cli import main
 from rsi.config import TargetConfig
+from rsi.driver.cli import main
 from rsi.testing.scripted_server import ScriptedServer, request_text
-from _runs import assert_no_secret, of, run
 
 REPO = Path(__file__).resolve().parents[1]
 # 12 hold-out pairs at budget 20: the greedy rule c = 0 gains +0.0067 on them with an SE of

@@ -7,9 +7,20 @@ import pytest
 from algorithms.meta.seeds import seed_source
 from algorithms.meta.tree import FlatPuct, Tree
 from algorithms.meta.values import policy_source
-from algorithms.slots import (SLOTS, Entry, ExploreOrBestLineage, GateFigures, HighestTrainMean, Member,
-                              NodeSelection, ParentSelection, PreserveAndExtend, UnionPairing, UniformScreen,
-                              resolve_slot)
+from algorithms.slots import (
+    SLOTS,
+    Entry,
+    ExploreOrBestLineage,
+    GateFigures,
+    HighestTrainMean,
+    Member,
+    NodeSelection,
+    ParentSelection,
+    PreserveAndExtend,
+    UniformScreen,
+    UnionPairing,
+    resolve_slot,
+)
 from rsi.errors import ConfigError
 
 MEMBERS = [Member("a", 0.5, 0.2), Member("b", 0.9, 0.4), Member("c", 0.95, 0.9, confirmed=False),

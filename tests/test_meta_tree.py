@@ -6,9 +6,9 @@ import random
 
 import pytest
 
-from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.inner import run_inner
 from algorithms.meta.landscape import SOURCE, TARGET
+from algorithms.meta.proposal_check import PRIORITY_SEED
 from algorithms.meta.rewards import MetaOutcome, auc, final_reward, reward_named, rollouts_to
 from algorithms.meta.tree import FlatPuct, PrioritySelection, Tree
 from algorithms.meta.values import priority_selection

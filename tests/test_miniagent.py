@@ -17,9 +17,9 @@ from rsi.errors import ConfigError
 from rsi.llm import LLMConfig
 from rsi.model_proxy import ModelProxy
 from rsi.sandbox import Limits, run_program
-from rsi.testing.scripted_server import ScriptedServer
 from rsi.snapshot import Snapshot
 from rsi.target import MiniAgentTarget
+from rsi.testing.scripted_server import ScriptedServer
 
 MINIAGENT = Path(__file__).resolve().parents[1] / "targets" / "miniagent"
 KEY = "miniagent-test-key-58be17"

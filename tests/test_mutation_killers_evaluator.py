@@ -24,8 +24,16 @@ import pytest
 from actors.evaluator import Evaluator, _Progress, sample_seed
 from rsi.benchmark import Benchmark, Score, Task
 from rsi.config import EvaluatorConfig
-from rsi.results import SCHEMA, Request, ScoreMatrix, concat, empty_table, metric_means, per_dataset_means, \
-    rows_to_table
+from rsi.results import (
+    SCHEMA,
+    Request,
+    ScoreMatrix,
+    concat,
+    empty_table,
+    metric_means,
+    per_dataset_means,
+    rows_to_table,
+)
 from rsi.snapshot import Snapshot
 
 REPO = Path(__file__).resolve().parents[1]

@@ -13,14 +13,20 @@ import numpy as np
 import pytest
 
 from algorithms.meta import proposal_check
-from algorithms.meta.proposal_check import (GRID, InvalidProposal, build_policy, build_priority, check_policy_ast,
-                                            check_priority_source)
+from algorithms.meta.proposal_check import (
+    GRID,
+    InvalidProposal,
+    build_policy,
+    build_priority,
+    check_policy_ast,
+    check_priority_source,
+)
 from algorithms.meta.seeds import seed_source
-from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, \
-    transfer_ratio
+from algorithms.meta.stats import FamilyReport, GateResult, meta_validate, paired_gate, required_holdout, transfer_ratio
 from algorithms.meta.tree import PrioritySelection
 from algorithms.meta.validation import _se
 from algorithms.slots import TOLERANCE
+from rsi.errors import ConfigError
 
 
 # ---- the paired gate -----------------------------------------------------------------------------
@@ -333,7 +339,7 @@ def test_prefilter_runs_the_ast_layers_of_each_face():
     with pytest.raises(ValueError) as exc:
         proposal_check.prefilter("policies", "x = 1\n")
     assert str(exc.value) == "unknown face 'policies'"
-    with pytest.raises(Exception):
+    with pytest.raises(ConfigError, match="unknown decision slot 'no_such_slot'"):
         proposal_check.policy_face("no_such_slot")
 
 

@@ -13,8 +13,21 @@ import signal
 import pytest
 
 from rsi.errors import ConfigError
-from rsi.sandbox import Dialogue, DialogueError, Limits, _clamp, _clip, _last_line, _parse, _rlimits, _Run, \
-    _signal_name, _Slot, _user_tasks, _verdict
+from rsi.sandbox import (
+    Dialogue,
+    DialogueError,
+    Limits,
+    _clamp,
+    _clip,
+    _last_line,
+    _parse,
+    _rlimits,
+    _Run,
+    _signal_name,
+    _Slot,
+    _user_tasks,
+    _verdict,
+)
 
 MB = 1024 * 1024
 INF = resource.RLIM_INFINITY

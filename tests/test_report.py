@@ -21,10 +21,10 @@ import pytest
 import yaml
 
 from rsi.driver.cli import main
+from rsi.driver.runner import start_run
 from rsi.reporting.data import RunView
 from rsi.reporting.html import build_report, fmt
 from rsi.reporting.tensorboard import crc32c, export_run, read_events
-from rsi.driver.runner import start_run
 
 REPO = Path(__file__).resolve().parents[1]
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}

@@ -19,7 +19,6 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-
 from _cluster import REPO, cluster_env, comparable, decisions, descendants, kill_tree, rollout_keys, slow_table_scenario
 
 pytestmark = pytest.mark.slow

@@ -10,8 +10,8 @@ import json
 import shutil
 from pathlib import Path
 
-from rsi.driver.cli import main
 from rsi.decisions import Decision
+from rsi.driver.cli import main
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "run_v1"
 SAME = ("step", "kind", "snapshot_id", "parent_id", "accepted")

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import yaml
 
-from rsi.records import RunRecords
 from rsi.driver.runner import start_run
+from rsi.records import RunRecords
 
 REPO = Path(__file__).resolve().parents[1]
 

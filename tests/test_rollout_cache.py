@@ -18,8 +18,8 @@ import yaml
 
 from actors.client import EvaluatorClient
 from benchmarks.table import TableBenchmark, TableParams
-from rsi.driver.cli import main
 from rsi.config import EvaluatorConfig, TargetConfig
+from rsi.driver.cli import main
 from rsi.records import RunRecords
 from rsi.snapshot import Snapshot
 from rsi.target import ProgramTarget

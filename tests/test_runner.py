@@ -11,12 +11,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+from _runs import assert_no_secret
 
 from rsi.driver.cli import main
+from rsi.driver.runner import start_run
 from rsi.records import RunRecords
 from rsi.results import SCHEMA
-from rsi.driver.runner import start_run
-from _runs import assert_no_secret
 
 REPO = Path(__file__).resolve().parents[1]
 

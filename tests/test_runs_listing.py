@@ -8,10 +8,10 @@ import os
 import time
 
 import pytest
+from test_report import check_png, decisions, table_runs
 
 from rsi.driver.cli import main
 from rsi.runs import list_runs
-from test_report import check_png, decisions, table_runs
 
 
 @pytest.fixture(scope="module")

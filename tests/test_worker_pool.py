@@ -7,12 +7,12 @@ import os
 import weakref
 
 import pytest
+from _runs import agent_worker
 
 from actors.worker_pool import WorkerPool
 from rsi.config import validate_worker
 from rsi.errors import WorkerError
 from rsi.testing.scripted_server import ScriptedServer
-from _runs import agent_worker
 
 KEY = "pool-test-key-5c1e02"
 # Ray worker processes get the environment Ray started with: set the key at import.

@@ -17,7 +17,6 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-
 from _cluster import REPO, cluster_env
 
 pytestmark = pytest.mark.slow

@@ -13,7 +13,6 @@ import json
 import os
 import shutil
 import socket
-import sys
 import tempfile
 import textwrap
 import threading
@@ -26,7 +25,6 @@ from benchmarks.binpack import BinPack, BinPackParams
 from benchmarks.binpack.instances import load_test_set
 from benchmarks.binpack.online import best_fit, count_bins, pack
 from benchmarks.table import TableBenchmark, TableParams
-from rsi.benchmark import Task
 from rsi.config import TargetConfig
 from rsi.target import ProgramTarget
 

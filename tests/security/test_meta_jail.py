@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _runs import of, run
 
 from algorithms.meta.benchmark import LandscapeBenchmark, MetaParams
 from algorithms.meta.inner import run_inner
@@ -29,8 +30,6 @@ from algorithms.meta.rewards import auc
 from algorithms.meta.target import PolicyTarget
 from rsi.config import TargetConfig
 from rsi.testing.scripted_server import ScriptedServer
-
-from _runs import of, run
 
 pytestmark = pytest.mark.timeout(300)
 REPO = Path(__file__).resolve().parents[2]

@@ -20,8 +20,8 @@ from benchmarks.qa import QA, QAParams
 from rsi.config import TargetConfig
 from rsi.llm import LLMConfig
 from rsi.model_proxy import ModelProxy
-from rsi.testing.scripted_server import ScriptedServer
 from rsi.target import MiniAgentTarget
+from rsi.testing.scripted_server import ScriptedServer
 
 pytestmark = pytest.mark.timeout(120)
 KEY = "sk-proxytest-" + uuid.uuid4().hex  # fresh per session: found anywhere means it leaked

@@ -120,7 +120,7 @@ def rollout(checkout: Path, printed: str, bench: type[Benchmark] = Probe):
     ('[1, 2]', "usage must be an object, got [1, 2]"),
 ])
 def test_invalid_usage_is_a_protocol_error_not_an_exception(checkout, usage, reason):
-    result = rollout(checkout, '{"answer": 1, "usage": %s}' % usage)
+    result = rollout(checkout, f'{{"answer": 1, "usage": {usage}}}')
     assert (result.status, result.score, result.tokens_in, result.tokens_out, result.cost_usd) == \
         ("protocol_error", 0.0, 0, 0, 0.0)
     assert result.trace["status"] == "protocol_error"
