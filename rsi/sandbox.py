@@ -27,16 +27,18 @@ Containment:
 * rlimits: CPU (``cpu_s``; SIGXCPU counts as a timeout), AS, FSIZE, NPROC and CORE=0, entered
   together with the uid below by util-linux ``prlimit`` and ``setpriv`` exec'd in front of the
   program (a vfork spawn, whose cost does not grow with the caller's memory as a fork's does), or
-  by a preexec function where those tools are missing. stdout and stderr are read incrementally from one selector together with a
-  pidfd for the exit (no thread and no polling interval per rollout); stdout is stored up to its
-  cap, then the rollout is killed; of stderr only the tail is kept.
+  by a preexec function where those tools are missing.
+* I/O (``rsi._sandbox_pump``): stdout and stderr are read incrementally from one selector
+  together with a pidfd for the exit (no thread and no polling interval per rollout); stdout is
+  stored up to its cap, then the rollout is killed; of stderr only the tail is kept.
 
 Fork loops when the caller is root (the usual case in containers and on these machines). Linux
 exempts uid 0 from RLIMIT_NPROC outright (fork skips the check for the root user, whatever its
 capabilities), so the limit alone bounds nothing. A root caller therefore runs each rollout
-under a uid of its own: one of ``_SLOTS`` uids from ``_SLOT_BASE`` (or the top of the mapped
-range inside a user namespace), held through an flock on a slot file that every process on the
-machine shares, and left to rest after use while init reaps the zombies of its killed processes.
+under a uid of its own (``rsi._sandbox_slots``): one of ``_SLOTS`` uids from ``_SLOT_BASE``
+(or the top of the mapped range inside a user namespace), held through an flock on a slot file
+that every process on the machine shares, and left to rest after use while init reaps the
+zombies of its killed processes.
 With a uid per rollout, RLIMIT_NPROC = ``max_procs + 1`` is a per-rollout budget, so concurrent
 rollouts neither share nor starve it (a shared uid such as ``nobody`` would make 8 concurrent
 rollouts split one budget, and let a hostile one exhaust it for the others). It also gives a
@@ -62,45 +64,40 @@ process that escapes the process group with setsid can outlive the rollout.
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import fcntl
 import functools
 import json
 import math
 import os
-import random
 import resource
-import selectors
 import shutil
 import signal
 import stat
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rsi import jail, jail_docker
+from rsi._sandbox_pump import _TAIL_BYTES, Dialogue, DialogueError, _Pump, _Run
+from rsi._sandbox_slots import (
+    _CAP_DAC_READ_SEARCH,
+    _PR_SET_NO_NEW_PRIVS,
+    _become,
+    _capset_args,
+    _has_cap,
+    _libc,
+    _ok,
+    _Slot,
+    _slot_base,
+)
 from rsi.errors import ConfigError, RsiError
 
 STATUSES = ("ok", "error", "timeout", "protocol_error")
 BACKENDS = ("auto", "bwrap", "docker", "process")
 
-_TAIL_BYTES = 4096  # what a trace keeps of stdout/stderr
-_DIALOGUE_LINE_BYTES = 1 << 20  # one answer in a dialogue (a bin index, a node) is far shorter
-_READ_BYTES = 1 << 16
-_EXIT_GRACE_S = 1.0  # after the main process exits, how long pipes held by escapees may stay open
-_POLL_S = 0.01  # exit polling where pidfd is missing (non-Linux, old kernels)
-_SWEEP_S = 10.0  # a sweep that has not converged by then is a bug of ours, not a candidate's
-
-_SLOT_BASE = 1_600_000_000  # far above any account a system creates
-_SLOTS = 4096
-_SLOT_REST_S = 30.0
-_MIN_SANDBOX_UID = 1000  # a sweep never targets root or a system account
-_SLOT_DIRS = ("/run/lock", "/tmp")  # fixed, not $TMPDIR: every caller on a machine must agree
 
 _ENV_ALLOW = ("PATH", "LANG", "LANGUAGE", "TZ", "PYTHONHASHSEED")
 _ENV_FIXED = {
@@ -112,16 +109,6 @@ _ENV_FIXED = {
     "VECLIB_MAXIMUM_THREADS": "1",
     "MALLOC_ARENA_MAX": "2",  # each glibc arena reserves 64 MB of address space under RLIMIT_AS
 }
-
-# Linux ABI constants (linux/prctl.h, linux/capability.h)
-_PR_SET_KEEPCAPS = 8
-_PR_SET_NO_NEW_PRIVS = 38
-_PR_CAP_AMBIENT = 47
-_PR_CAP_AMBIENT_RAISE = 2
-_CAP_DAC_READ_SEARCH = 2
-_CAP_SETGID = 6
-_CAP_SETUID = 7
-_CAPABILITY_VERSION_3 = 0x20080522
 
 
 @dataclass(frozen=True)
@@ -156,28 +143,6 @@ class Limits:
     @property
     def cpu_limit_s(self) -> int:
         return self.cpu_s if self.cpu_s is not None else math.ceil(self.timeout_s) + 1
-
-
-class DialogueError(Exception):
-    """The program's side of a dialogue broke the protocol (the rollout's protocol_error)."""
-
-
-class Dialogue:
-    """The trusted side of an online rollout: it reveals the task one message at a time.
-
-    ``opening`` is written first; each line the program prints goes to ``reply``, whose bytes
-    are written next (None: nothing more to say, stdin is closed). ``result`` is the output
-    object once the program exited 0. ``reply`` and ``result`` raise ``DialogueError`` on a
-    line or an ending that breaks the protocol; the program is then stopped."""
-
-    def opening(self) -> bytes:
-        raise NotImplementedError
-
-    def reply(self, line: bytes) -> bytes | None:
-        raise NotImplementedError
-
-    def result(self) -> dict:
-        raise NotImplementedError
 
 
 @dataclass
@@ -622,66 +587,6 @@ def _user_tasks(uid: int) -> int:
     return count
 
 
-class _CapHeader(ctypes.Structure):
-    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
-
-
-class _CapData(ctypes.Structure):
-    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
-
-
-def _capset_args(cap: int):
-    header = _CapHeader(_CAPABILITY_VERSION_3, 0)
-    data = (_CapData * 2)()
-    data[cap // 32].effective = data[cap // 32].permitted = data[cap // 32].inheritable = 1 << (cap % 32)
-    return header, data, cap
-
-
-def _become(uid: int, caps, libc) -> None:
-    """In the child: become ``uid`` (its own group, no supplementary groups), keeping at most
-    the one capability in ``caps`` as an ambient capability so it survives exec."""
-    if caps is not None:
-        _ok(libc.prctl(_PR_SET_KEEPCAPS, 1, 0, 0, 0))
-    os.setgroups([])
-    os.setresgid(uid, uid, uid)
-    os.setresuid(uid, uid, uid)
-    if caps is not None:
-        header, data, cap = caps
-        _ok(libc.capset(ctypes.byref(header), data))
-        _ok(libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_RAISE, cap, 0, 0))
-
-
-def _ok(rc: int) -> None:
-    if rc != 0:
-        err = ctypes.get_errno()
-        raise OSError(err, os.strerror(err))
-
-
-@functools.lru_cache(maxsize=1)
-def _libc():
-    """prctl and capset, resolved in the parent so the forked child only calls them."""
-    if not sys.platform.startswith("linux"):
-        return None
-    libc = ctypes.CDLL(None, use_errno=True)
-    return _Libc(libc.prctl, libc.capset)
-
-
-@dataclass(frozen=True)
-class _Libc:
-    prctl: Any
-    capset: Any
-
-
-@functools.cache
-def _has_cap(cap: int) -> bool:
-    try:
-        with open("/proc/self/status") as f:
-            eff = next(int(line.split()[1], 16) for line in f if line.startswith("CapEff:"))
-    except (OSError, StopIteration):
-        return False
-    return bool(eff >> cap & 1)
-
-
 def _open_to_others(root: Path) -> None:
     """go+rX on the checkout, so a rollout under its own uid can read it without any capability
     (mkdtemp makes the top directory 0700). Symlinks are left alone: chmod would follow them."""
@@ -700,172 +605,6 @@ def _add_mode(path: str, bits: int, mode: int | None = None) -> None:
         os.chmod(path, stat.S_IMODE(mode) | bits)
 
 
-# ---- slots: one uid per concurrent rollout on the machine --------------------------------
-
-
-class _Slot:
-    """A uid of the slot range, held through an flock on its slot file for the rollout's life.
-
-    A slot file is non-empty while a rollout may have processes under its uid; an acquirer that
-    finds it so (its holder died mid-rollout) clears the uid first."""
-
-    def __init__(self, uid: int, fd: int):
-        self.uid = uid
-        self.fd = fd
-        self.clean = False
-
-    @classmethod
-    def acquire(cls) -> _Slot:
-        if not sys.platform.startswith("linux"):
-            raise RsiError("running rollouts as root is supported on Linux only; run as a normal user")
-        if not (_has_cap(_CAP_SETUID) and _has_cap(_CAP_SETGID)):
-            raise RsiError("running as root without CAP_SETUID/CAP_SETGID: rollouts cannot be given their own uid")
-        base, directory = _slot_base(), _slot_dir()
-        start = random.randrange(_SLOTS)
-        for rested_only in (True, False):
-            for i in range(_SLOTS):
-                n = (start + i) % _SLOTS
-                fd = _lock_slot_file(os.path.join(directory, f"{n:04d}"), rested_only)
-                if fd is not None:
-                    slot = cls(base + n, fd)
-                    if os.fstat(fd).st_size:
-                        slot.sweep()
-                    os.pwrite(fd, b"1", 0)
-                    slot.clean = False
-                    return slot
-        raise RsiError(f"all {_SLOTS} sandbox slots are busy")
-
-    def sweep(self) -> None:
-        _kill_uid(self.uid)
-        self.clean = True
-
-    def release(self) -> None:
-        if self.clean:
-            os.ftruncate(self.fd, 0)
-        os.close(self.fd)
-
-
-def _lock_slot_file(path: str, rested_only: bool) -> int | None:
-    """The locked slot file, or None when another rollout holds it or (with ``rested_only``)
-    it was released less than ``_SLOT_REST_S`` ago: the zombies of a rollout's killed
-    processes count against RLIMIT_NPROC until init reaps them."""
-    try:
-        fd, fresh = os.open(path, os.O_RDWR | os.O_CLOEXEC), False
-    except FileNotFoundError:
-        fd, fresh = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600), True
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if fresh or not rested_only or time.time() - os.fstat(fd).st_mtime >= _SLOT_REST_S:
-            return fd
-    except BlockingIOError:
-        pass
-    os.close(fd)
-    return None
-
-
-def _kill_uid(uid: int) -> None:
-    """SIGKILL every process of ``uid`` (the rollout's own), including those that left its
-    process group with setsid. A process that has been sent SIGKILL can no longer fork, so
-    passes over /proc end once nobody new appears; it returns only when every process of the
-    uid has exited (SIGKILL is delivered asynchronously, which a loaded machine makes visible).
-    Each kill goes through a pidfd after re-checking the process, so a pid reused meanwhile is
-    never hit."""
-    if uid < _MIN_SANDBOX_UID:  # the same sweep on uid 0 would end the machine
-        raise RsiError(f"refusing to sweep uid {uid}")
-    signalled: set[tuple[int, bytes]] = set()
-    deadline = time.monotonic() + _SWEEP_S
-    while time.monotonic() < deadline:
-        live = _live_processes(uid)
-        if not live:  # every process of the uid has exited: none outlives the rollout
-            return
-        fresh = [p for p in live if p not in signalled]
-        for pid, started in fresh:
-            _kill_exactly(pid, started, uid)
-            signalled.add((pid, started))
-        if not fresh:  # all signalled, still exiting (a loaded machine takes a moment)
-            time.sleep(0.002)
-    if any(p not in signalled for p in _live_processes(uid)):
-        raise RsiError(f"processes of sandbox uid {uid} kept appearing for {_SWEEP_S} s")
-
-
-def _live_processes(uid: int) -> list[tuple[int, bytes]]:
-    """(pid, start time) of the processes of ``uid`` that are not yet zombies."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            identity = _identity(int(name), uid)
-            if identity is not None:
-                found.append((int(name), identity))
-    return found
-
-
-def _identity(pid: int, uid: int) -> bytes | None:
-    """The start time of ``pid`` if it is a live process of ``uid``, else None."""
-    try:
-        if os.stat(f"/proc/{pid}").st_uid != uid:
-            return None
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            fields = f.read().rsplit(b")", 1)[1].split()
-    except (OSError, IndexError):  # gone meanwhile
-        return None
-    state, started = fields[0], fields[19]  # fields 3 and 22 of proc(5)
-    return None if state in (b"Z", b"X") else started
-
-
-def _kill_exactly(pid: int, started: bytes, uid: int) -> None:
-    fd = _pidfd(pid)
-    try:
-        if _identity(pid, uid) != started:  # exited, or the pid now names another process
-            return
-        if fd is not None:
-            signal.pidfd_send_signal(fd, signal.SIGKILL)
-        else:  # kernels before 5.3: a pid reused within these microseconds is the residual risk
-            os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    finally:
-        if fd is not None:
-            os.close(fd)
-
-
-@functools.lru_cache(maxsize=1)
-def _slot_base() -> int:
-    """``_SLOT_BASE`` if the user namespace maps it, else the top of the mapped range."""
-    uids, gids = _id_map("/proc/self/uid_map"), _id_map("/proc/self/gid_map")
-
-    def fits(base: int) -> bool:
-        return all(any(lo <= base and base + _SLOTS <= hi for lo, hi in ranges) for ranges in (uids, gids))
-
-    if fits(_SLOT_BASE):
-        return _SLOT_BASE
-    # stay below the overflow ids (65534/65535) that end a 64 Ki-id namespace
-    candidates = [hi - _SLOTS - 2 for _, hi in uids if hi - _SLOTS - 2 >= _MIN_SANDBOX_UID]
-    for base in sorted(candidates, reverse=True):
-        if fits(base):
-            return base
-    raise RsiError("the user namespace maps too few uids to give rollouts their own; run as a normal user")
-
-
-def _id_map(path: str) -> list[tuple[int, int]]:
-    try:
-        with open(path) as f:
-            return [(int(inner), int(inner) + int(count)) for inner, _, count in (line.split() for line in f)]
-    except OSError:  # no user namespaces: every id exists
-        return [(0, 2**32 - 1)]
-
-
-@functools.lru_cache(maxsize=1)
-def _slot_dir() -> str:
-    for parent in _SLOT_DIRS:
-        path = os.path.join(parent, "rsi-sandbox-slots")
-        try:
-            os.makedirs(path, mode=0o700, exist_ok=True)
-            return path
-        except OSError:
-            continue
-    raise RsiError(f"no writable directory for sandbox slot files among {_SLOT_DIRS}")
-
-
 def _kill_all(pid: int, slot: _Slot | None) -> None:
     try:
         os.killpg(pid, signal.SIGKILL)
@@ -873,205 +612,6 @@ def _kill_all(pid: int, slot: _Slot | None) -> None:
         pass
     if slot is not None:
         slot.sweep()
-
-
-# ---- running: one selector for stdin, stdout, stderr and the exit -------------------------
-
-
-@dataclass
-class _Run:
-    stdout: bytearray = field(default_factory=bytearray)
-    stderr: bytearray = field(default_factory=bytearray)
-    overflow: bool = False
-    broken: str = ""  # a dialogue's protocol error
-    timed_out: bool = False
-    returncode: int | None = None
-    cpu_s: float = 0.0
-    duration_s: float = 0.0
-    oom_killed: bool = False  # a container's memory limit (the cgroup's), as the engine reports it
-
-
-class _Pump:
-    """Feeds stdin, drains stdout/stderr and waits for the exit on one selector, so a rollout
-    costs no extra thread and its end is seen the moment it happens."""
-
-    def __init__(
-        self,
-        proc: subprocess.Popen,
-        payload: bytes,
-        limits: Limits,
-        kill_all: Callable[[], None],
-        dialogue: Dialogue | None = None,
-    ):
-        self.proc, self.payload, self.limits, self.kill_all = proc, bytearray(payload), limits, kill_all
-        self.dialogue, self.partial, self.said_all = dialogue, bytearray(), dialogue is None
-        self.stdin_registered = True  # a dialogue's stdin is unregistered while it awaits an answer
-        self.run_ = _Run()
-        self.started = time.monotonic()
-        self.deadline = self.started + limits.timeout_s
-        self.exited_at: float | None = None
-        self.reaped: tuple[int, Any] | None = None
-        self.sel = selectors.DefaultSelector()
-        if proc.stdin is None or proc.stdout is None or proc.stderr is None:
-            raise RsiError("a rollout process needs pipes for stdin, stdout and stderr")  # _start opens all three
-        self.stdin, self.stdout, self.stderr = proc.stdin, proc.stdout, proc.stderr
-        self.open: set[int] = {self.stdout.fileno(), self.stderr.fileno()}
-        for fd in self.open:
-            self.sel.register(fd, selectors.EVENT_READ)
-        self.stdin_fd = self.stdin.fileno()
-        os.set_blocking(self.stdin_fd, False)
-        self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
-        self.sent = 0
-        exit_fd = getattr(proc, "exit_fd", None)  # a container's exit, as the docker jail signals it
-        self.pidfd = exit_fd if exit_fd is not None else _pidfd(proc.pid)
-        if self.pidfd is not None:
-            self.sel.register(self.pidfd, selectors.EVENT_READ)
-
-    def run(self) -> _Run:
-        try:
-            self._loop()
-        finally:
-            if self.exited_at is None:  # timeout, overflow, or our own exception: end it all
-                self.kill_all()
-                self._reap()
-            self._close()
-        return self.run_
-
-    def _loop(self) -> None:
-        while self.open or self.exited_at is None:
-            end = self.deadline if self.exited_at is None else min(self.deadline, self.exited_at + _EXIT_GRACE_S)
-            left = end - time.monotonic()
-            if left <= 0:
-                self.run_.timed_out = self.exited_at is None
-                return
-            for key, _ in self.sel.select(left if self.pidfd is not None else min(left, _POLL_S)):
-                if key.fd == self.pidfd:
-                    self._on_exit()
-                elif key.fd == self.stdin_fd:
-                    self._feed()
-                elif not self._drain(key.fd):
-                    return
-            if self.pidfd is None and self.exited_at is None and self._exited():
-                self._on_exit()
-
-    def _on_exit(self) -> None:
-        # the main process is a zombie until reaped, so its pid cannot be reused under killpg
-        self.kill_all()
-        self._reap()
-        if self.pidfd is not None:
-            self.sel.unregister(self.pidfd)
-
-    def _exited(self) -> bool:
-        """Without a pidfd: peek at the exit, leaving the zombie in place where waitid allows."""
-        if hasattr(os, "waitid"):
-            return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
-        pid, status, usage = os.wait4(self.proc.pid, os.WNOHANG)  # macOS before 3.13: reap now
-        if pid:
-            self.reaped = (status, usage)
-        return bool(pid)
-
-    def _reap(self) -> None:
-        collect = getattr(self.proc, "collect", None)  # a container: the engine has its exit code
-        if collect is not None:
-            self.run_.returncode, self.run_.cpu_s = collect()
-            self.run_.oom_killed = bool(getattr(self.proc, "oom_killed", False))
-        else:
-            status, usage = self.reaped or os.wait4(self.proc.pid, 0)[1:]
-            self.run_.returncode = self.proc.returncode = os.waitstatus_to_exitcode(status)
-            self.run_.cpu_s = usage.ru_utime + usage.ru_stime
-        self.run_.duration_s = time.monotonic() - self.started
-        self.exited_at = time.monotonic()
-
-    def _feed(self) -> None:
-        try:
-            self.sent += os.write(self.stdin_fd, self.payload[self.sent : self.sent + _READ_BYTES])
-        except BlockingIOError:
-            self._want_write(True)
-            return
-        except OSError:  # the candidate closed stdin or exited: what it did not read is its loss
-            self.sent = len(self.payload)
-        if self.sent < len(self.payload):
-            self._want_write(True)
-            return
-        self._want_write(False)
-        if not self.said_all:  # a dialogue: the next message waits for the program's answer
-            return
-        self.stdin.close()
-        self.stdin_fd = -1
-
-    def _want_write(self, on: bool) -> None:
-        if on != self.stdin_registered:
-            if on:
-                self.sel.register(self.stdin_fd, selectors.EVENT_WRITE)
-            else:
-                self.sel.unregister(self.stdin_fd)
-            self.stdin_registered = on
-
-    def _drain(self, fd: int) -> bool:
-        """False once stdout is over its cap (the rollout is then killed)."""
-        data = os.read(fd, _READ_BYTES)
-        if not data:
-            self.sel.unregister(fd)
-            self.open.discard(fd)
-            return True
-        if fd == self.stderr.fileno():
-            err = self.run_.stderr
-            err += data
-            if len(err) > 2 * _TAIL_BYTES:
-                del err[:-_TAIL_BYTES]
-            return True
-        out, cap = self.run_.stdout, self.limits.stdout_max_bytes
-        if len(out) + len(data) > cap:
-            out += data[: cap - len(out) + 1]
-            del out[cap:]
-            self.run_.overflow = True
-            return False
-        if self.dialogue is None:
-            out += data
-            return True
-        if len(out) > _TAIL_BYTES:  # a dialogue's transcript is counted against the cap, kept as a tail
-            del out[: len(out) - _TAIL_BYTES]
-        out += data
-        return self._converse(self.dialogue, data)
-
-    def _converse(self, dialogue: Dialogue, data: bytes) -> bool:
-        """Answer every complete line; False once the program broke the protocol."""
-        self.partial += data
-        *lines, rest = self.partial.split(b"\n")
-        self.partial = bytearray(rest)
-        if len(self.partial) > _DIALOGUE_LINE_BYTES:  # never ends a line: held memory stays bounded
-            self.run_.broken = f"a dialogue line longer than {_DIALOGUE_LINE_BYTES} bytes"
-            return False
-        for line in lines:
-            if self.said_all:
-                self.run_.broken = "a line after the dialogue ended"
-                return False
-            try:
-                message = dialogue.reply(bytes(line))
-            except DialogueError as exc:
-                self.run_.broken = str(exc)
-                return False
-            if message is None:
-                self.said_all = True
-            else:
-                self.payload += message
-            if self.stdin_fd >= 0 and not self.stdin_registered:
-                self._feed()  # in lockstep the pipe is empty: the write goes through at once
-        return True
-
-    def _close(self) -> None:
-        self.sel.close()
-        if self.pidfd is not None:
-            os.close(self.pidfd)
-        for stream in (self.stdin, self.stdout, self.stderr):
-            stream.close()
-
-
-def _pidfd(pid: int) -> int | None:
-    try:
-        return os.pidfd_open(pid)
-    except (AttributeError, OSError):  # not Linux, or a kernel before 5.3
-        return None
 
 
 # ---- verdict -----------------------------------------------------------------------------

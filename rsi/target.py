@@ -57,7 +57,14 @@ class Target(ABC):
 
     #: Modules besides the target's own whose code decides a rollout's outcome (the sandbox,
     #: the jail, the output parser; an agent target adds its model proxy).
-    runtime_modules: ClassVar[tuple[str, ...]] = ("rsi.sandbox", "rsi.jail", "rsi.jail_docker", "rsi.untrusted")
+    runtime_modules: ClassVar[tuple[str, ...]] = (
+        "rsi.sandbox",
+        "rsi._sandbox_pump",
+        "rsi._sandbox_slots",
+        "rsi.jail",
+        "rsi.jail_docker",
+        "rsi.untrusted",
+    )
 
     def fingerprint(self) -> str:
         """Everything besides the snapshot that decides a rollout's outcome (cache key part):
@@ -224,7 +231,15 @@ class MiniAgentTarget(ProgramTarget):
 
     kind = "miniagent"
     default_entry = "runtime/main.py"
-    runtime_modules = (*ProgramTarget.runtime_modules, "rsi.model_proxy")
+    # the proxy, the model settings a rollout gets (``rsi.llm``: its environment, its pricing)
+    # and the local server that answers provider ``local``
+    runtime_modules = (
+        *ProgramTarget.runtime_modules,
+        "rsi.model_proxy",
+        "rsi.llm",
+        "rsi.llm.config",
+        "rsi.local_server",
+    )
 
     def llm(self):
         from rsi.llm import LLMConfig

@@ -117,6 +117,49 @@ def test_fingerprint_covers_benchmark_code_and_harness(tmp_path):
     assert _code_digest(load(pkg_b, "tablecopy_b")) != a
 
 
+
+def rsi_imports(module: str) -> set[str]:
+    """The ``rsi`` modules that ``module``'s source imports anywhere (function bodies included)."""
+    import ast
+    import importlib.util
+
+    path = Path(importlib.util.find_spec(module).origin)
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.startswith("rsi.")}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            if node.module == "rsi":  # ``from rsi import jail``: the names are modules
+                found |= {f"rsi.{a.name}" for a in node.names}
+            elif node.module.startswith("rsi."):
+                found.add(node.module)
+    return found
+
+
+# Modules a rollout's code imports that cannot change its outcome: exception classes, and a
+# worker's chat clients (``rsi.llm`` imports them; a rollout's model calls go through the proxy).
+OUTCOME_NEUTRAL = {"rsi.errors", "rsi.llm.client", "rsi.llm.openai_client", "rsi.llm.anthropic_client",
+                   "rsi.llm.local_client"}
+
+
+@pytest.mark.parametrize("kind", ["program", "miniagent"])
+def test_the_fingerprint_hashes_every_module_a_rollout_runs(kind):
+    """A rollout's cached row is reused while the fingerprint stays the same, so every module of
+    ours that runs it must be hashed: the sandbox split into parts, say, must not leave a part
+    whose change would keep serving old rows."""
+    from rsi.target import MiniAgentTarget
+
+    cls = {"program": ProgramTarget, "miniagent": MiniAgentTarget}[kind]
+    hashed = set(cls.runtime_modules)
+    reached, todo = set(), list(hashed)
+    while todo:
+        module = todo.pop()
+        for found in rsi_imports(module) - reached - OUTCOME_NEUTRAL:
+            reached.add(found)
+            todo.append(found)
+    assert reached - hashed == set()
+
+
 # ---- resume, end to end through the CLI ---------------------------------------------------
 def finished_run(tmp_path: Path) -> Path:
     shutil.copytree(REPO / "targets" / "table_demo", tmp_path / "target", dirs_exist_ok=True)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from rsi import sandbox
+from rsi import _sandbox_slots, sandbox
 from rsi.errors import ConfigError, RsiError
 from rsi.sandbox import Limits, run_program, scrubbed_env
 
@@ -266,7 +266,7 @@ def test_orphans_die_with_the_rollout(jail, checkout):
 
 def test_without_pidfd_exits_orphans_and_timeouts_are_still_handled(checkout, monkeypatch):
     """Kernels before 5.3 have no pidfd: the exit is polled and the sweep uses plain kill."""
-    monkeypatch.setattr(sandbox, "_pidfd", lambda pid: None)
+    monkeypatch.setattr(_sandbox_slots, "_pidfd", lambda pid: None)  # the exit's and the sweep's
     mark = marker()
     argv = program(checkout, """
         import json, subprocess, sys

@@ -1,6 +1,6 @@
 """Sandbox slot recovery: a rollout uid whose previous holder died is swept before it is reused.
 
-A root caller runs each rollout under a uid of its own, one of the slots of ``rsi.sandbox``,
+A root caller runs each rollout under a uid of its own, one of the slots of ``rsi._sandbox_slots``,
 held through an flock on the slot's file; the file stays non-empty while processes of that uid
 may live. Here a real holder process (``run_program`` in a subprocess) starts a candidate that
 also leaves a process outside its process group, and is SIGKILLed mid-rollout: its flock goes
@@ -32,7 +32,7 @@ from pathlib import Path
 
 import pytest
 
-from rsi import sandbox
+from rsi import _sandbox_slots, sandbox
 from rsi.sandbox import Limits, run_program
 
 pytestmark = [pytest.mark.timeout(180),
@@ -133,8 +133,8 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
             assert time.monotonic() < deadline, "the candidate never started its background process"
             time.sleep(0.05)
         (slot_uid, _, _), = escapees.values()
-        base = sandbox._slot_base()
-        assert base <= slot_uid < base + sandbox._SLOTS, "the rollout ran under a slot uid"
+        base = _sandbox_slots._slot_base()
+        assert base <= slot_uid < base + _sandbox_slots._SLOTS, "the rollout ran under a slot uid"
         holder.send_signal(signal.SIGKILL)
         assert holder.wait(timeout=30) == -signal.SIGKILL
 
@@ -149,12 +149,12 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
             assert set(escapees) <= set(leftover)
             assert any(argv[1:3] == ["-c", CANDIDATE] for _, _, argv in leftover.values()), "the candidate lives on"
         slot = slot_uid - base
-        slot_file = Path(sandbox._slot_dir()) / f"{slot:04d}"
+        slot_file = Path(_sandbox_slots._slot_dir()) / f"{slot:04d}"
         assert slot_file.read_bytes() == b"1"
-        rested = time.time() - 2 * sandbox._SLOT_REST_S
+        rested = time.time() - 2 * _sandbox_slots._SLOT_REST_S
         os.utime(slot_file, (rested, rested))
 
-        seed = next(s for s in range(1_000_000) if random.Random(s).randrange(sandbox._SLOTS) == slot)
+        seed = next(s for s in range(1_000_000) if random.Random(s).randrange(_sandbox_slots._SLOTS) == slot)
         state = random.getstate()
         random.seed(seed)
         try:
@@ -166,7 +166,7 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
         if in_effect(backend) == "process":
             # the same uid, and none of the dead holder's processes beside it: swept before it started
             assert (out.output["uid"], out.output["others"]) == (slot_uid, [])
-        assert slot_file.stat().st_mtime > rested + sandbox._SLOT_REST_S, "the next rollout took that slot"
+        assert slot_file.stat().st_mtime > rested + _sandbox_slots._SLOT_REST_S, "the next rollout took that slot"
         assert slot_file.read_bytes() == b"", "released clean: nothing of that uid left"
         assert [pid for pid, (_, started, _) in leftover.items() if still_running(pid, started)] == []
         assert processes(lambda uid, argv: uid == slot_uid) == {}
