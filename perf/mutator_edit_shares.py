@@ -10,6 +10,10 @@ changes how gaps are left, not a nudge of best fit).
 
     .venv/bin/python perf/mutator_edit_shares.py --edits 800 --seed 0 --probe order \\
         --probe-inputs targets/binpack_bestfit/probe.json
+
+``--source`` edits another heuristic instead (say, a run's stalled best member, written out by
+``rsi export RUN --snapshot ID DEST``), ``--items`` sets the instances' length and ``--max-ops``
+the mutator's; the last line then gives the change in bins of the distinct measured edits.
 """
 
 from __future__ import annotations
@@ -45,9 +49,18 @@ def packings(source: str, instances: list[list[int]]) -> list[np.ndarray] | None
         return out
 
 
-def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path | None) -> Counter:
-    train = train_instances(2, 1000)
-    base = packings(SEED, train)
+def shares(
+    edits: int,
+    seed: int,
+    config: MutatorWorker.Config,
+    probe_file: Path | None,
+    source: str = SEED,
+    items: int = 1000,
+    deltas: list[int] | None = None,
+) -> Counter:
+    """Edit outcomes by kind; ``deltas`` (if given) collects each measured edit's change in bins."""
+    train = train_instances(2, items)
+    base = packings(source, train)
     assert base is not None
     base_bins = sum(np.unique(a).size for a in base)
     l1 = sum(l1_bound(items, CAPACITY) for items in train)
@@ -57,7 +70,7 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(edits):
-            child = edited(worker, checkout, SEED, probe_file)
+            child = edited(worker, checkout, source, probe_file)
             if child in seen:
                 out["repeat"] += 1
                 continue
@@ -67,8 +80,12 @@ def shares(edits: int, seed: int, config: MutatorWorker.Config, probe_file: Path
                 out["crash"] += 1
             elif all(np.array_equal(a, b) for a, b in zip(got, base)):
                 out["neutral"] += 1
+                if deltas is not None:
+                    deltas.append(0)
             else:
                 bins = sum(np.unique(a).size for a in got)
+                if deltas is not None:
+                    deltas.append(bins - base_bins)
                 out["better" if bins < base_bins else "worse"] += 1
                 out["large"] += bins - l1 <= (base_bins - l1) / 2
     return out
@@ -80,11 +97,19 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--probe", default="equal", choices=["off", "equal", "order"])
     parser.add_argument("--probe-inputs", type=Path)
+    parser.add_argument("--source", type=Path, help="the heuristic to edit (default: best fit)")
+    parser.add_argument("--items", type=int, default=1000, help="items per instance (two instances)")
+    parser.add_argument("--max-ops", type=int, default=3, help="operators per edit: 1..max-ops")
     args = parser.parse_args()
     config = MutatorWorker.Config(
-        type="mutator", probe=args.probe, probe_inputs="probe.json" if args.probe_inputs else None
+        type="mutator",
+        probe=args.probe,
+        probe_inputs="probe.json" if args.probe_inputs else None,
+        max_ops=args.max_ops,
     )
-    got = shares(args.edits, args.seed, config, args.probe_inputs)
+    source = args.source.read_text() if args.source else SEED
+    deltas: list[int] = []
+    got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas)
     measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
     print(
         f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, seed {args.seed}: "
@@ -92,6 +117,14 @@ def main() -> None:
         + f"; better per distinct edit {100 * got['better'] / max(measured, 1):.1f}%"
         + f", large {100 * got['large'] / max(measured, 1):.2f}%"
     )
+    if deltas:
+        d = np.array(deltas)
+        q10, q50, q90 = np.percentile(d, [10, 50, 90])
+        print(
+            f"max_ops {args.max_ops}, {args.items} items x 2: change in bins of {d.size} measured edits: "
+            f"10/50/90 % quantiles {q10:+.0f} / {q50:+.0f} / {q90:+.0f}, best {d.min():+d}, "
+            f"worse by 1-2 bins {int(((d > 0) & (d <= 2)).sum())}"
+        )
 
 
 if __name__ == "__main__":
