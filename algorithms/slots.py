@@ -21,6 +21,7 @@ policy never holds hidden global randomness and a resumed run draws the same seq
 from __future__ import annotations
 
 import importlib
+import math
 import random
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -112,15 +113,24 @@ def _first_max(items: Sequence, key) -> Any:
 
 @dataclass(frozen=True)
 class ExploreOrBestLineage:
-    """DarwinX parent choice: uniform exploration, otherwise exploit the best lineage."""
+    """DarwinX parent choice: uniform exploration, otherwise exploit the best lineage.
+
+    ``explore_top`` narrows exploration to that share of the members, best lineages first (at
+    least one): a long run's archive fills with early, weak members whose edits rarely reach
+    past the best, and a share below 1 spends those draws on the strong ones instead. At 1 (the
+    default) the draw is the paper's, number for number."""
 
     exploration_probability: float = 0.5
+    explore_top: float = 1.0
 
     def select(self, members: Sequence[Member], rng: random.Random) -> Member:
         pool = eligible(members)
         if not pool:
             raise ValueError("parent selection needs at least one confirmed, selectable member")
         if rng.random() < self.exploration_probability:
+            if self.explore_top < 1:
+                ranked = sorted(pool, key=lambda m: -m.lineage_gain)  # stable: ties keep archive order
+                pool = ranked[: max(1, math.ceil(self.explore_top * len(pool)))]
             return pool[rng.randrange(len(pool))]
         return _first_max(pool, key=lambda m: m.lineage_gain)
 

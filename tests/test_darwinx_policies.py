@@ -35,6 +35,11 @@ def test_a_configured_parent_rule_is_the_one_the_run_uses(tmp_path, ray_session)
     explore = parents(tmp_path / "c", {"exploration_probability": 0.0, "policies": {
         "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 1.0}}})
     assert explore != exploit, "the configured policy overrides exploration_probability"
+    unset = parents(tmp_path / "d", {"exploration_probability": 0.0, "policies": {
+        "parent_selection": {"rule": "explore_or_best_lineage"}}})
+    assert unset == exploit, "a rule named without its probability takes the algorithm's"
+    narrowed = parents(tmp_path / "e", {"exploration_probability": 1.0, "explore_top": 0.0})
+    assert narrowed == exploit, "exploring only the best share (here: the best lineage) exploits"
 
 
 @pytest.mark.parametrize("policies, needle", [

@@ -39,6 +39,28 @@ def test_parent_selection_explores_uniformly_among_eligible_members_only():
     assert picked == {"a", "b", "d"}
 
 
+@pytest.mark.parametrize("top, allowed", [
+    (0.5, {"b", "d"}),  # 2 of the 3 eligible (a 0.2, b 0.4, d 0.4): the best lineages, ties in order
+    (0.34, {"b", "d"}),  # ceil(0.34 x 3) = 2
+    (0.2, {"b"}),  # at least one: the first best lineage
+    (0.0, {"b"}),
+])
+def test_exploration_can_be_narrowed_to_the_best_share_of_the_members(top, allowed):
+    rule = ExploreOrBestLineage(exploration_probability=1.0, explore_top=top)
+    rng = random.Random(1)
+    assert {rule.select(MEMBERS, rng).member_id for _ in range(200)} == allowed
+
+
+def test_exploring_all_members_draws_exactly_as_before_the_share_existed():
+    """explore_top 1 is the default: a run without it makes the same choices, draw for draw."""
+    rule, rng, ref = ExploreOrBestLineage(0.6, explore_top=1.0), random.Random(5), random.Random(5)
+    pool = [m for m in MEMBERS if m.confirmed and m.selectable]
+    for _ in range(100):
+        got = rule.select(MEMBERS, rng)
+        expected = pool[ref.randrange(len(pool))] if ref.random() < 0.6 else MEMBERS[1]
+        assert got is expected
+
+
 def test_screen_sampling_draws_distinct_tasks_and_rejects_bad_sizes():
     got = UniformScreen().sample([f"t{i}" for i in range(10)], 4, random.Random(3))
     assert len(got) == len(set(got)) == 4

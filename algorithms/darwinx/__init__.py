@@ -74,14 +74,17 @@ class DarwinX(Algorithm):
         self.rng = random.Random(params.seed)  # the spec's own seed; saved by the base state
         specs = dict(params.policies)
         if specs.get("parent_selection", {}).get("rule") == "explore_or_best_lineage":
-            # A configured rule without its probability takes the algorithm's, not the rule's default.
+            # A configured rule without its parameters takes the algorithm's, not the rule's defaults.
             specs["parent_selection"] = {
                 "exploration_probability": params.exploration_probability,
+                "explore_top": params.explore_top,
                 **specs["parent_selection"],
             }
         policies = {name: build_rule(name, spec) for name, spec in specs.items()}
         self.parent_selection = resolve_slot(
-            "parent_selection", policies.get("parent_selection") or ExploreOrBestLineage(params.exploration_probability)
+            "parent_selection",
+            policies.get("parent_selection")
+            or ExploreOrBestLineage(params.exploration_probability, params.explore_top),
         )
         self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))
         self.acceptance = resolve_slot("acceptance", policies.get("acceptance"))

@@ -29,6 +29,13 @@ class DarwinXParams(AlgorithmParams):
     )
     solved_threshold: float = Field(1.0, gt=0, le=1, description="avg@k at which a task counts solved, in (0, 1]")
     exploration_probability: float = Field(0.5, ge=0, le=1, description="probability of a uniform parent choice")
+    explore_top: float = Field(
+        1.0,
+        ge=0,
+        le=1,
+        description="share of the members, best lineages first, that a uniform parent choice draws from "
+        "(at least one; 1: all)",
+    )
     islands: int = Field(
         1,
         ge=1,
