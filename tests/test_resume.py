@@ -36,10 +36,17 @@ RAY_DID_NOT_START = "The current node timed out during startup"
 
 class Driver:
     """One ``rsi`` command in its own session, launched again (twice at most) only when Ray
-    itself failed to come up."""
+    itself failed to come up. A ``run`` that failed so has already made its run directory,
+    which a second ``run`` would refuse: it is launched again as ``resume`` of that directory,
+    which starts from the beginning since nothing was decided."""
 
     def __init__(self, env: dict, logs: Path, *args: str):
         self.env, self.logs, self.args, self.restarts = env, logs, args, 0
+        self._launch()
+
+    def _again(self) -> None:
+        if self.args[0] == "run" and "--run-dir" in self.args:
+            self.args = ("resume", self.args[self.args.index("--run-dir") + 1])
         self._launch()
 
     def _launch(self) -> None:
@@ -55,7 +62,7 @@ class Driver:
         out = self.log.read_text(errors="replace")
         if RAY_DID_NOT_START in out and self.restarts < 2:
             self.restarts += 1
-            self._launch()
+            self._again()
             return None
         return out
 
