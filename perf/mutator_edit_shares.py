@@ -55,11 +55,12 @@ def shares(
     config: MutatorWorker.Config,
     probe_file: Path | None,
     source: str = SEED,
-    items: int = 1000,
+    length: int = 1000,
     deltas: list[int] | None = None,
 ) -> Counter:
-    """Edit outcomes by kind; ``deltas`` (if given) collects each measured edit's change in bins."""
-    train = train_instances(2, items)
+    """Edit outcomes by kind on two instances of ``length`` items; ``deltas`` (if given) collects
+    each measured edit's change in bins."""
+    train = train_instances(2, length)
     base = packings(source, train)
     assert base is not None
     base_bins = sum(np.unique(a).size for a in base)

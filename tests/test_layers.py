@@ -38,13 +38,22 @@ ALLOWED = {
 }
 
 
+def is_module(name: str) -> bool:
+    """``name`` is a module or package of this repository."""
+    path = REPO.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
 def imports(path: Path) -> set[str]:
+    """Every module ``path`` imports, anywhere in it; ``from rsi import jail`` counts as the
+    module ``rsi.jail`` too, not only as its package."""
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
         if isinstance(node, ast.Import):
             found |= {a.name for a in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             found.add(node.module)
+            found |= {f"{node.module}.{a.name}" for a in node.names if is_module(f"{node.module}.{a.name}")}
     return found
 
 

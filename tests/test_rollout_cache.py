@@ -117,23 +117,13 @@ def test_fingerprint_covers_benchmark_code_and_harness(tmp_path):
     assert _code_digest(load(pkg_b, "tablecopy_b")) != a
 
 
-
 def rsi_imports(module: str) -> set[str]:
     """The ``rsi`` modules that ``module``'s source imports anywhere (function bodies included)."""
-    import ast
     import importlib.util
 
-    path = Path(importlib.util.find_spec(module).origin)
-    found = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.Import):
-            found |= {a.name for a in node.names if a.name.startswith("rsi.")}
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            if node.module == "rsi":  # ``from rsi import jail``: the names are modules
-                found |= {f"rsi.{a.name}" for a in node.names}
-            elif node.module.startswith("rsi."):
-                found.add(node.module)
-    return found
+    from test_layers import imports
+
+    return {m for m in imports(Path(importlib.util.find_spec(module).origin)) if m.startswith("rsi.")}
 
 
 # Modules a rollout's code imports that cannot change its outcome: exception classes, and a
