@@ -6,8 +6,9 @@ mutator and packing the result. Each rule of the flat-PUCT family (``--cs``) sea
 (instance, seed) pairs, once per ``--redraws`` setting (how often an expansion may draw again
 while its child packs the train lists exactly as its parent does); the table gives each rule's
 mean meta-reward (auc of the held-out best-so-far curve), every pair of rules' paired difference
-± SE and z, and on how many pairs the two differ at all. Pairs are instances 300000+i, apart
-from every split a run uses. Every mutated program packs in the rollout jail, as the domain does
+± SE and z, and on how many pairs the two differ at all. Pairs are instances ``--first``+i
+(300000 unless told), apart from every split a run uses; a confirmation of an earlier reading
+takes a fresh ``--first`` so that it does not reuse the pairs the reading came from. Every mutated program packs in the rollout jail, as the domain does
 in a rollout (one jail start per node).
 
     .venv/bin/python perf/meta_stage1.py --family weibull --items 500 --pairs 120 --redraws 0,8
@@ -47,15 +48,16 @@ def main() -> None:
     ap.add_argument("--lists", type=int, default=2, help="train lists and held-out lists per instance (each)")
     ap.add_argument("--budget", type=int, default=16, help="expansions per inner search")
     ap.add_argument("--pairs", type=int, default=120)
+    ap.add_argument("--first", type=int, default=300_000, help="the first pair's instance number")
     ap.add_argument("--cs", default="0,1", help="flat-PUCT constants to compare")
     ap.add_argument("--redraws", default="0,8", help="redraw settings, each measured on the same pairs")
     ap.add_argument("--procs", type=int, default=2)
     args = ap.parse_args()
     cs = [float(c) for c in args.cs.split(",")]
-    instances = [300_000 + i for i in range(args.pairs)]
+    instances = [args.first + i for i in range(args.pairs)]
     print(
         f"{args.family}, {args.items} items x {args.lists}+{args.lists} lists, budget {args.budget}, "
-        f"{args.pairs} pairs (instances 300000+i, seed 0)\n"
+        f"{args.pairs} pairs (instances {args.first}+i, seed 0)\n"
     )
     print("| redraws | rule | mean auc | s per search | vs | difference ± SE | z | pairs that differ |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -561,3 +561,43 @@ def test_a_stalled_lane_restarts_alone(tmp_path, ray_session):
     confirmed = {d["step"]: d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]}
     assert screens[5] == confirmed[3] and screens[6] == seed_id
     assert records.read_state()["islands"]["current"] == [0, 2]
+
+
+def test_a_stalled_lane_restarts_from_the_best_of_the_other_islands(tmp_path, ray_session):
+    """Two islands, restart_after 2, restart_from best. Island 0 holds the run's best (v1, 0.8)
+    and stalls first (after step 5): it goes on, as nothing elsewhere is better. Island 1 (v2,
+    0.5) stalls after step 6: its lane starts island 2 from v1, its founder, so step 8 (lane 1)
+    edits v1 where a restart from the seed would edit the seed."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.1},
+        "v1": {"t1": 0.8, "t2": 0.8, "t3": 0.8, "x1": 0.7},
+        "v2": {"t1": 0.5, "t2": 0.5, "t3": 0.5},
+        **{f"v{i}": {"t1": 0.0, "t2": 0.0, "t3": 0.0} for i in range(3, 9)}}}
+    edits = [version(f"v{i}") for i in range(1, 9)]
+    params = {"max_steps": 8, "merge_every": 0, "exploration_probability": 0.0, "islands": 2, "restart_after": 2}
+    decisions, _, records = run(scenario(tmp_path / "best", table, edits, {**params, "restart_from": "best"}))
+    seed_id = decisions[0]["snapshot_id"]
+    confirmed = {d["step"]: d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]}
+    v1 = confirmed[1]
+    restart, = of(decisions, "restart")
+    assert (restart["step"], restart["lane"], restart["left_island"], restart["island"]) == (6, 1, 1, 2)
+    assert restart["snapshot_id"] == v1 and f"starts from {v1} of island 0" in restart["reason"]
+    screens = {d["step"]: d["parent_id"] for d in of(decisions, "screen")}
+    assert screens[6] == confirmed[2] and screens[7] == v1 and screens[8] == v1
+    state = records.read_state()["islands"]
+    assert state["current"] == [0, 2] and state["founder"] == [None, v1]
+
+    decisions, _, _ = run(scenario(tmp_path / "seed", table, edits, params))
+    assert [(d["step"], d["lane"], d["snapshot_id"]) for d in of(decisions, "restart")] == [
+        (5, 0, seed_id), (6, 1, seed_id)]
+    assert {d["step"]: d["parent_id"] for d in of(decisions, "screen")}[8] == seed_id
+
+
+def test_restarting_from_the_best_needs_islands_and_restarts():
+    from algorithms.darwinx.params import DarwinXParams
+
+    with pytest.raises(ValueError, match="restart_from: best needs islands >= 2 and restart_after > 0"):
+        DarwinXParams(name="darwinx", islands=1, restart_after=5, restart_from="best")
+    with pytest.raises(ValueError, match="restart_from: best needs"):
+        DarwinXParams(name="darwinx", islands=2, restart_from="best")
+    assert DarwinXParams(name="darwinx", islands=2, restart_after=5, restart_from="best").restart_from == "best"

@@ -358,20 +358,29 @@ class DarwinX(Algorithm):
         return next(c for c in self.archive if c.snapshot_id == chosen.member_id)
 
     def _restart(self, lane: int) -> None:
-        """A new island from the seed in ``lane`` (``islands.py``): the stalled one stays in the
-        archive."""
-        seed = self.archive[0]
+        """A new island in ``lane`` (``islands.py``), from the seed or from the best member of the
+        other islands (``restart_from``); the stalled one stays in the archive."""
         stalled = self.step - self.islands.best_step[lane]
         left, old = self.islands.best_mean[lane], self.islands.current[lane]
-        self.islands.restart(lane, self.step, seed.train_mean)
+        start = self.archive[0]
+        if self.p.restart_from == "best":
+            others = [c for c in self.archive if c.admitted and c.level == "confirm" and c.island != old]
+            best = max(others, key=lambda c: c.train_mean, default=None)
+            if best is None or best.train_mean <= left + TOLERANCE:
+                self.islands.wait(lane, self.step)  # this lane holds the best: it goes on
+                return
+            start = best
+        founder = None if start.kind == "seed" else start.snapshot_id
+        self.islands.restart(lane, self.step, start.train_mean, founder)
         new = self.islands.current[lane]
+        origin = "the seed" if founder is None else f"{founder} of island {start.island} ({start.train_mean:.4f})"
         self.decide(
             "restart",
-            seed.snapshot_id,
+            start.snapshot_id,
             None,
             step=self.step,
             reason=f"no rise of island {old}'s best train mean ({left:.4f}) in {stalled} steps; "
-            f"island {new} starts from the seed",
+            f"island {new} starts from {origin}",
             reason_code="stalled",
             island=new,
             left_island=old,

@@ -10,6 +10,10 @@ bin-packing study: one seed found its best at step 260 of 1500). Two remedies, a
 - ``restart_after`` K > 0: once a lane's island has not raised its best train mean in K of
   its own steps (K x N steps of the run), that lane starts a new island from the seed, so its
   next edits explore a lineage that owes nothing to the stalled one.
+- ``restart_from: best`` (with N > 1): the new island starts instead from the best admitted
+  member of the other islands (its *founder*), as FunSearch resets its weaker islands, so a
+  stalled lane's steps go on to edit the best lineage with their own draws; a lane whose island
+  holds the run's best member is never restarted this way.
 
 Nothing is thrown away: every island stays in the archive, promotion still chooses among all
 confirmed members, and merges may pair members of any islands (the only exchange between them).
@@ -35,12 +39,15 @@ class Islands:
     current: list[int] = field(default_factory=list)  # each lane's island
     best_mean: list[float] = field(default_factory=list)  # each lane's island's best train mean
     best_step: list[int] = field(default_factory=list)  # the step at which it last rose (or began)
+    founder: list[str | None] = field(default_factory=list)  # the member from another island it began from
 
     def __post_init__(self):
         if not self.current:
             self.current = list(range(self.count))
             self.best_mean = [0.0] * self.count
             self.best_step = [0] * self.count
+        if not self.founder:
+            self.founder = [None] * len(self.current)
 
     def lane(self, step: int) -> int:
         return (step - 1) % self.count
@@ -52,8 +59,13 @@ class Islands:
         return (step - 1) // self.count + 1
 
     def holds(self, candidate, lane: int) -> bool:
-        """Whether ``candidate`` is a possible parent in ``lane``: the seed belongs to every island."""
-        return candidate.kind == "seed" or candidate.island == self.current[lane]
+        """Whether ``candidate`` is a possible parent in ``lane``: the seed belongs to every island,
+        an island's founder to its island."""
+        return (
+            candidate.kind == "seed"
+            or candidate.island == self.current[lane]
+            or candidate.snapshot_id == self.founder[lane]
+        )
 
     def start(self, seed_mean: float) -> None:
         self.best_mean = [seed_mean] * self.count
@@ -75,9 +87,17 @@ class Islands:
         wait = self.restart_after * self.count
         return [i for i in range(self.count) if step - self.best_step[i] >= wait]
 
-    def restart(self, lane: int, step: int, seed_mean: float) -> None:
+    def restart(self, lane: int, step: int, start_mean: float, founder: str | None = None) -> None:
+        """A new island in ``lane``, from the seed or from ``founder`` (whose train mean is
+        ``start_mean``, the level the new island must rise above)."""
         self.current[lane] = max(self.current) + 1  # the newest island is always some lane's
-        self.best_mean[lane], self.best_step[lane] = seed_mean, step
+        self.best_mean[lane], self.best_step[lane] = start_mean, step
+        self.founder[lane] = founder
+
+    def wait(self, lane: int, step: int) -> None:
+        """Count ``lane``'s stall again from ``step`` (a lane that was due but had nothing
+        better to start from)."""
+        self.best_step[lane] = step
 
     def state(self) -> dict:
         return asdict(self)
@@ -91,4 +111,4 @@ class Islands:
         return cls(restart_after, len(lanes["current"]), **lanes)
 
 
-_LANE_FIELDS = ("current", "best_mean", "best_step")
+_LANE_FIELDS = ("current", "best_mean", "best_step", "founder")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import Field, model_validator
 
 from rsi.algorithm import AlgorithmParams
@@ -49,6 +51,12 @@ class DarwinXParams(AlgorithmParams):
         description="steps without a rise of an island's best train mean before its lane starts a new island "
         "from the seed (parents then come from it alone; promotion still sees every island); 0: never",
     )
+    restart_from: Literal["seed", "best"] = Field(
+        "seed",
+        description="what a restarted lane's new island starts from: the seed, or (islands > 1) the best admitted "
+        "member of the other islands, as FunSearch resets its weaker islands (a lane holding the run's best is "
+        "then never restarted)",
+    )
     merge_every: int = Field(3, ge=0, description="recombination cadence in steps (of each island's lane); 0 disables")
     duplicate_retries: int = Field(
         3,
@@ -87,5 +95,13 @@ class DarwinXParams(AlgorithmParams):
         if self.confirm_samples < self.screen_samples:
             raise ValueError(
                 f"confirm_samples ({self.confirm_samples}) must be >= screen_samples ({self.screen_samples})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _restart_from(self):
+        if self.restart_from == "best" and (self.islands < 2 or not self.restart_after):
+            raise ValueError(
+                "restart_from: best needs islands >= 2 and restart_after > 0 (a lane restarts from another island's best)"
             )
         return self
