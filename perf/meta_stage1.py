@@ -8,8 +8,9 @@ while its child packs the train lists exactly as its parent does); the table giv
 mean meta-reward (auc of the held-out best-so-far curve), every pair of rules' paired difference
 ± SE and z, and on how many pairs the two differ at all. Pairs are instances ``--first``+i
 (300000 unless told), apart from every split a run uses; a confirmation of an earlier reading
-takes a fresh ``--first`` so that it does not reuse the pairs the reading came from. Every mutated program packs in the rollout jail, as the domain does
-in a rollout (one jail start per node).
+takes a fresh ``--first`` so that it does not reuse the pairs the reading came from. Every
+mutated program packs in the rollout jail, as the domain does in a rollout (one jail start per
+node).
 
     .venv/bin/python perf/meta_stage1.py --family weibull --items 500 --pairs 120 --redraws 0,8
 """
