@@ -12,17 +12,26 @@ takes a fresh ``--first`` so that it does not reuse the pairs the reading came f
 mutated program packs in the rollout jail, as the domain does in a rollout (one jail start per
 node).
 
+A study of hundreds of pairs takes hours on a laptop, so every search's reward is appended to
+``--out`` (JSON lines) as it finishes and a progress line goes to stderr every ``--every``
+searches; run again with the same ``--out`` and the searches already there are read back, not
+repeated, so an interrupted study loses at most the searches in flight.
+
     .venv/bin/python perf/meta_stage1.py --family weibull --items 500 --pairs 120 --redraws 0,8
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import itertools
+import json
 import math
+import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 
 import numpy as np
 
@@ -42,6 +51,54 @@ def one(job: tuple) -> tuple[float, float]:
     return reward, time.perf_counter() - start
 
 
+def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, float]]:
+    """Searches an earlier run of the same study left in ``out``, keyed by (redraws, c, instance).
+
+    A record measured under other settings (family, items, lists, budget) is refused rather than
+    mixed in: the study would silently compare rewards of different problems."""
+    if out is None or not out.exists():
+        return {}
+    done = {}
+    for n, line in enumerate(out.read_text().splitlines(), 1):
+        rec = json.loads(line)
+        if any(rec[k] != v for k, v in setting.items()):
+            sys.exit(f"{out}:{n} was measured with other settings ({rec}); use another --out")
+        done[(rec["redraws"], rec["c"], rec["instance"])] = (rec["reward"], rec["seconds"])
+    return done
+
+
+def search_all(args: argparse.Namespace, jobs: list[tuple], done: dict, out: Path | None) -> dict:
+    """Every job's (reward, seconds), the new ones run on a process pool and saved as they end."""
+    todo = [j for j in jobs if (j[3], j[4], j[5]) not in done]
+    if done:
+        print(f"{len(jobs) - len(todo)} of {len(jobs)} searches read back from {out}", file=sys.stderr)
+    setting = {"family": args.family, "items": args.items, "lists": args.lists, "budget": args.budget}
+    start = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        pool = stack.enter_context(ProcessPoolExecutor(args.procs))
+        # On an interrupt, drop the queued searches instead of running them all before exiting.
+        stack.callback(pool.shutdown, wait=False, cancel_futures=True)
+        sink = stack.enter_context(out.open("a")) if out else None
+        futures = {pool.submit(one, j): j for j in todo}
+        for n, fut in enumerate(as_completed(futures), 1):
+            job = futures[fut]
+            reward, seconds = fut.result()
+            done[(job[3], job[4], job[5])] = (reward, seconds)
+            rec = {**setting, "redraws": job[3], "c": job[4], "instance": job[5], "reward": reward, "seconds": seconds}
+            if sink:
+                sink.write(json.dumps(rec) + "\n")
+                sink.flush()
+            if n % args.every == 0 or n == len(todo):
+                spent = time.perf_counter() - start
+                left = spent / n * (len(todo) - n)
+                print(
+                    f"{n} of {len(todo)} searches, {spent / 60:.1f} min, about {left / 60:.0f} min left",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return done
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--family", choices=("or", "weibull"), default="weibull")
@@ -53,31 +110,36 @@ def main() -> None:
     ap.add_argument("--cs", default="0,1", help="flat-PUCT constants to compare")
     ap.add_argument("--redraws", default="0,8", help="redraw settings, each measured on the same pairs")
     ap.add_argument("--procs", type=int, default=2)
+    ap.add_argument("--out", type=Path, help="JSON lines of every search's reward, kept and read back on a rerun")
+    ap.add_argument("--every", type=int, default=20, help="searches between progress lines on stderr")
     args = ap.parse_args()
     cs = [float(c) for c in args.cs.split(",")]
+    redraws_all = [int(r) for r in args.redraws.split(",")]
     instances = [args.first + i for i in range(args.pairs)]
+    setting = {"family": args.family, "items": args.items, "lists": args.lists, "budget": args.budget}
+    # Both rules of a pair run side by side, so a study stopped early still holds whole pairs.
+    jobs = [
+        (args.family, args.items, args.lists, r, c, i, args.budget) for r in redraws_all for i in instances for c in cs
+    ]
+    got = search_all(args, jobs, already_done(args.out, setting), args.out)
     print(
         f"{args.family}, {args.items} items x {args.lists}+{args.lists} lists, budget {args.budget}, "
         f"{args.pairs} pairs (instances {args.first}+i, seed 0)\n"
     )
     print("| redraws | rule | mean auc | s per search | vs | difference ± SE | z | pairs that differ |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")
-    with ProcessPoolExecutor(args.procs) as pool:
-        for redraws in (int(r) for r in args.redraws.split(",")):
-            got = {}
-            for c in cs:
-                jobs = [(args.family, args.items, args.lists, redraws, c, i, args.budget) for i in instances]
-                out = list(pool.map(one, jobs, chunksize=4))
-                got[c] = (np.array([r for r, _ in out]), float(np.mean([t for _, t in out])))
-            for a, b in itertools.combinations(cs, 2):
-                d = got[a][0] - got[b][0]
-                se = float(d.std(ddof=1) / math.sqrt(len(d)))
-                z = f"{d.mean() / se:+.2f}" if se > 0 else "n/a"
-                print(
-                    f"| {redraws} | c = {a:g} | {got[a][0].mean():.5f} | {got[a][1]:.2f} | c = {b:g} "
-                    f"({got[b][0].mean():.5f}) | {d.mean():+.5f} ± {se:.5f} | {z} | {np.count_nonzero(d)} of {len(d)} |",
-                    flush=True,
-                )
+    for redraws in redraws_all:
+        rewards = {c: np.array([got[(redraws, c, i)][0] for i in instances]) for c in cs}
+        seconds = {c: float(np.mean([got[(redraws, c, i)][1] for i in instances])) for c in cs}
+        for a, b in itertools.combinations(cs, 2):
+            d = rewards[a] - rewards[b]
+            se = float(d.std(ddof=1) / math.sqrt(len(d)))
+            z = f"{d.mean() / se:+.2f}" if se > 0 else "n/a"
+            print(
+                f"| {redraws} | c = {a:g} | {rewards[a].mean():.5f} | {seconds[a]:.2f} | c = {b:g} "
+                f"({rewards[b].mean():.5f}) | {d.mean():+.5f} ± {se:.5f} | {z} | {np.count_nonzero(d)} of {len(d)} |",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":
