@@ -587,6 +587,22 @@ def test_a_stalled_lane_restarts_from_the_best_of_the_other_islands(tmp_path, ra
     state = records.read_state()["islands"]
     assert state["current"] == [0, 2] and state["founder"] == [None, v1]
 
+    # Stopped by a worker fault at step 7, after the restart from v1 was saved, and resumed: the
+    # founder comes back with the state, so step 8 still edits v1 and the run decides exactly
+    # what the uninterrupted run decided.
+    broken = edits[:6] + [{"files": {"../outside": "x"}, "reply": "escape"}]
+    path = scenario(tmp_path / "stopped", table, broken, {**params, "restart_from": "best"})
+    r = start_run(str(path))
+    from ray.exceptions import RayTaskError
+
+    with pytest.raises(RayTaskError, match="stay inside the checkout"):
+        r.execute()
+    saved = r.records.read_state()["islands"]
+    assert saved["current"] == [0, 2] and saved["founder"] == [None, v1], "snapshots are named by content"
+    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
+    resume_run(r.records.uri)
+    assert comparable(r.records.decisions()) == comparable(decisions)
+
     decisions, _, _ = run(scenario(tmp_path / "seed", table, edits, params))
     assert [(d["step"], d["lane"], d["snapshot_id"]) for d in of(decisions, "restart")] == [
         (5, 0, seed_id), (6, 1, seed_id)]
