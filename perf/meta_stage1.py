@@ -58,8 +58,15 @@ def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, fl
     mixed in: the study would silently compare rewards of different problems."""
     if out is None or not out.exists():
         return {}
+    lines = out.read_text().splitlines()
+    if lines:
+        try:
+            json.loads(lines[-1])
+        except json.JSONDecodeError:  # killed while writing its last record: drop that line
+            lines.pop()
+            out.write_text("".join(line + "\n" for line in lines))
     done = {}
-    for n, line in enumerate(out.read_text().splitlines(), 1):
+    for n, line in enumerate(lines, 1):
         rec = json.loads(line)
         if any(rec[k] != v for k, v in setting.items()):
             sys.exit(f"{out}:{n} was measured with other settings ({rec}); use another --out")
