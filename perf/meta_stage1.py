@@ -82,9 +82,9 @@ def search_all(args: argparse.Namespace, jobs: list[tuple], done: dict, out: Pat
     setting = {"family": args.family, "items": args.items, "lists": args.lists, "budget": args.budget}
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        pool = stack.enter_context(ProcessPoolExecutor(args.procs))
-        # On an interrupt, drop the queued searches instead of running them all before exiting.
-        stack.callback(pool.shutdown, wait=False, cancel_futures=True)
+        pool = ProcessPoolExecutor(args.procs)
+        # One shutdown, which on an interrupt drops the queued searches instead of running them all.
+        stack.callback(pool.shutdown, cancel_futures=True)
         sink = stack.enter_context(out.open("a")) if out else None
         futures = {pool.submit(one, j): j for j in todo}
         for n, fut in enumerate(as_completed(futures), 1):
