@@ -74,12 +74,17 @@ def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, fl
     return done
 
 
-def search_all(args: argparse.Namespace, jobs: list[tuple], done: dict, out: Path | None) -> dict:
+def key(job: tuple) -> tuple:
+    """(redraws, c, instance): what tells a study's searches apart."""
+    return job[3], job[4], job[5]
+
+
+def search_all(args: argparse.Namespace, setting: dict, jobs: list[tuple], done: dict) -> dict:
     """Every job's (reward, seconds), the new ones run on a process pool and saved as they end."""
-    todo = [j for j in jobs if (j[3], j[4], j[5]) not in done]
+    out = args.out
+    todo = [j for j in jobs if key(j) not in done]
     if done:
         print(f"{len(jobs) - len(todo)} of {len(jobs)} searches read back from {out}", file=sys.stderr)
-    setting = {"family": args.family, "items": args.items, "lists": args.lists, "budget": args.budget}
     start = time.perf_counter()
     with contextlib.ExitStack() as stack:
         pool = ProcessPoolExecutor(args.procs)
@@ -90,7 +95,7 @@ def search_all(args: argparse.Namespace, jobs: list[tuple], done: dict, out: Pat
         for n, fut in enumerate(as_completed(futures), 1):
             job = futures[fut]
             reward, seconds = fut.result()
-            done[(job[3], job[4], job[5])] = (reward, seconds)
+            done[key(job)] = (reward, seconds)
             rec = {**setting, "redraws": job[3], "c": job[4], "instance": job[5], "reward": reward, "seconds": seconds}
             if sink:
                 sink.write(json.dumps(rec) + "\n")
@@ -128,7 +133,7 @@ def main() -> None:
     jobs = [
         (args.family, args.items, args.lists, r, c, i, args.budget) for r in redraws_all for i in instances for c in cs
     ]
-    got = search_all(args, jobs, already_done(args.out, setting), args.out)
+    got = search_all(args, setting, jobs, already_done(args.out, setting))
     print(
         f"{args.family}, {args.items} items x {args.lists}+{args.lists} lists, budget {args.budget}, "
         f"{args.pairs} pairs (instances {args.first}+i, seed 0)\n"
