@@ -69,7 +69,7 @@ def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, fl
     for n, line in enumerate(lines, 1):
         rec = json.loads(line)
         if any(rec[k] != v for k, v in setting.items()):
-            sys.exit(f"{out}:{n} was measured with other settings ({rec}); use another --out")
+            raise ValueError(f"{out}:{n} was measured with other settings ({rec}); use another --out")
         done[(rec["redraws"], rec["c"], rec["instance"])] = (rec["reward"], rec["seconds"])
     return done
 
@@ -133,7 +133,11 @@ def main() -> None:
     jobs = [
         (args.family, args.items, args.lists, r, c, i, args.budget) for r in redraws_all for i in instances for c in cs
     ]
-    got = search_all(args, setting, jobs, already_done(args.out, setting))
+    try:
+        done = already_done(args.out, setting)
+    except ValueError as err:
+        ap.error(str(err))  # a usage error: exit 2 with the line to fix
+    got = search_all(args, setting, jobs, done)
     print(
         f"{args.family}, {args.items} items x {args.lists}+{args.lists} lists, budget {args.budget}, "
         f"{args.pairs} pairs (instances {args.first}+i, seed 0)\n"

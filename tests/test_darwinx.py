@@ -34,6 +34,26 @@ def version(v: str) -> dict:
     return scripted_edit(f"switch to {v}", v)
 
 
+def stop_by_a_worker_fault(directory: Path, table: dict, edits: list[dict], algorithm: dict, *, at: int):
+    """Run ``edits`` with the edit of step ``at`` replaced by a write outside the checkout, which
+    the worker refuses as a fault: the run stops there, after the steps before it were saved.
+    Returns the stopped runner."""
+    from ray.exceptions import RayTaskError
+
+    broken = edits[:at - 1] + [{"files": {"../outside": "x"}, "reply": "escape"}] + edits[at:]
+    r = start_run(str(scenario(directory, table, broken, algorithm)))
+    with pytest.raises(RayTaskError, match="stay inside the checkout"):
+        r.execute()
+    return r
+
+
+def resume_with_the_script_mended(r, directory: Path, edits: list[dict]) -> dict:
+    """Continue a run stopped by ``stop_by_a_worker_fault`` with ``rsi resume``'s own code, its
+    script restored to ``edits``."""
+    (directory / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
+    return resume_run(r.records.uri)
+
+
 
 SPLITS = {"train": ["t1", "t2", "t3"], "dev": [], "test": ["x1"]}
 
@@ -298,21 +318,14 @@ def test_parallel_run_stopped_after_a_round_resumes_to_identical_decisions(tmp_p
     what the uninterrupted run decides and runs no stored rollout again."""
     whole, _, _ = run(scenario(tmp_path / "whole", _parallel_table(), PARALLEL_EDITS, PARALLEL))
 
-    broken = PARALLEL_EDITS[:2] + [{"files": {"../outside": "x"}, "reply": "escape"}] + PARALLEL_EDITS[3:]
-    path = scenario(tmp_path / "stopped", _parallel_table(), broken, PARALLEL)
-    r = start_run(str(path))
-    from ray.exceptions import RayTaskError
-
-    with pytest.raises(RayTaskError, match="stay inside the checkout"):
-        r.execute()
+    r = stop_by_a_worker_fault(tmp_path / "stopped", _parallel_table(), PARALLEL_EDITS, PARALLEL, at=3)
     state = r.records.read_state()
     assert state["step"] == 2 and state["worker_states"] == [{"position": 2}] and state["decisions"] == 4
     assert [a["level"] for a in state["archive"]] == ["seed", "confirm"]
     assert [d["reason"] for d in state["declined"]] == ["duplicate"]
     assert not r.records.exists("summary.json")
 
-    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": PARALLEL_EDITS, "ask_reply": "learned"}))
-    summary = resume_run(r.records.uri)
+    summary = resume_with_the_script_mended(r, tmp_path / "stopped", PARALLEL_EDITS)
     assert comparable(r.records.decisions()) == comparable(whole)
     assert summary["rollouts"]["executed"] == 64 - 33, "seed and round 1 (33 rollouts) are not run again"
     assert summary["snapshot_id"] == of(whole, "promote")[0]["snapshot_id"]
@@ -477,16 +490,9 @@ def test_a_stalled_island_restarts_from_the_seed_and_promotion_sees_every_island
     # Stopped by a worker fault at step 4, after the restart was saved, and resumed: step 4
     # still edits the seed (the island comes back with the state), and the run decides exactly
     # what the uninterrupted run decided.
-    broken = edits[:3] + [{"files": {"../outside": "x"}, "reply": "escape"}]
-    path = scenario(tmp_path / "stopped", table, broken, {**params, "restart_after": 2})
-    r = start_run(str(path))
-    from ray.exceptions import RayTaskError
-
-    with pytest.raises(RayTaskError, match="stay inside the checkout"):
-        r.execute()
+    r = stop_by_a_worker_fault(tmp_path / "stopped", table, edits, {**params, "restart_after": 2}, at=4)
     assert r.records.read_state()["islands"]["current"] == [1]
-    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
-    resume_run(r.records.uri)
+    resume_with_the_script_mended(r, tmp_path / "stopped", edits)
     assert comparable(r.records.decisions()) == comparable(decisions)
 
 
@@ -590,17 +596,10 @@ def test_a_stalled_lane_restarts_from_the_best_of_the_other_islands(tmp_path, ra
     # Stopped by a worker fault at step 7, after the restart from v1 was saved, and resumed: the
     # founder comes back with the state, so step 8 still edits v1 and the run decides exactly
     # what the uninterrupted run decided.
-    broken = edits[:6] + [{"files": {"../outside": "x"}, "reply": "escape"}]
-    path = scenario(tmp_path / "stopped", table, broken, {**params, "restart_from": "best"})
-    r = start_run(str(path))
-    from ray.exceptions import RayTaskError
-
-    with pytest.raises(RayTaskError, match="stay inside the checkout"):
-        r.execute()
+    r = stop_by_a_worker_fault(tmp_path / "stopped", table, edits, {**params, "restart_from": "best"}, at=7)
     saved = r.records.read_state()["islands"]
     assert saved["current"] == [0, 2] and saved["founder"] == [None, v1], "snapshots are named by content"
-    (tmp_path / "stopped" / "script.yaml").write_text(yaml.safe_dump({"edits": edits, "ask_reply": "learned"}))
-    resume_run(r.records.uri)
+    resume_with_the_script_mended(r, tmp_path / "stopped", edits)
     assert comparable(r.records.decisions()) == comparable(decisions)
 
     decisions, _, _ = run(scenario(tmp_path / "seed", table, edits, params))
