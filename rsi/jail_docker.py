@@ -12,6 +12,9 @@ namespaces this process builds:
 * ``network_mode: none``: no device but the container's own loopback;
 * its own PID namespace with a small init (``docker-init``) as PID 1, so signals and the limits'
   kills reach the candidate and nothing it started outlives the container;
+* a deadline of its own: the container's main process is coreutils' ``timeout``, which kills
+  the candidate ``ORPHAN_GRACE_S`` after the wall-clock limit, so a container whose caller died
+  (a killed Ray worker or node, which never stops it) still ends, and everything in it with it;
 * limits: rlimits for address space (set by the start script: the engine has none), CPU
   seconds, file size and open files, as in the bubblewrap jail; the cgroup caps the process count
   and, as a backstop, memory with the three tmpfs included and no swap.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import functools
 import io
+import math
 import os
 import socket
 import stat
@@ -52,6 +56,11 @@ _GO = b"\n"  # releases the start script once the checkout has been copied in
 # line that says the checkout is in place (sh reads a pipe one byte at a time, so the candidate's
 # stdin starts right after it) and becomes the candidate.
 _START = 'ulimit -v {as_kb} && read -r _ && exec "$@"'
+# Past the wall-clock limit, the caller has stopped the container already unless it died: then
+# the container's own deadline ends it. The grace covers the checkout's copy, which happens
+# after the clock inside starts and before the caller's does.
+ORPHAN_GRACE_S = 30
+_TIMEOUT = "/usr/bin/timeout"  # coreutils, bound read-only with /usr
 
 
 def unavailable(why: str) -> JailUnavailable:
@@ -134,7 +143,17 @@ def container_args(
     cpu = limits.cpu_limit_s
     return {
         "image": BASE_IMAGE,
-        "command": ["/bin/sh", "-c", _START.format(as_kb=limits.memory_mb * 1024), "rsi-jail", *argv],
+        "command": [
+            _TIMEOUT,
+            "-s",
+            "KILL",
+            str(math.ceil(limits.timeout_s) + ORPHAN_GRACE_S),
+            "/bin/sh",
+            "-c",
+            _START.format(as_kb=limits.memory_mb * 1024),
+            "rsi-jail",
+            *argv,
+        ],
         "working_dir": CHECKOUT,
         "user": f"{JAIL_UID}:{JAIL_UID}",
         "environment": dict(env),
@@ -149,7 +168,7 @@ def container_args(
         "mounts": ro + rw + tmp,
         "mem_limit": memory_limit_mb(limits) * mb,
         "memswap_limit": memory_limit_mb(limits) * mb,
-        "pids_limit": limits.max_procs + 2,  # the init and the start script's shell count too
+        "pids_limit": limits.max_procs + 3,  # the init, the deadline's timeout and the start script's shell count too
         "ulimits": [
             Ulimit(name="cpu", soft=cpu, hard=cpu + 1),  # SIGXCPU at the soft limit, SIGKILL after
             Ulimit(name="fsize", soft=limits.file_size_mb * mb, hard=limits.file_size_mb * mb),

@@ -1,7 +1,7 @@
 """The docker jail's own guarantees, beyond the attacks every jail is put through (those run
 against both jails in ``test_jail_attacks``, ``test_model_proxy``, ``test_meta_jail`` and
-``test_sandbox``): nothing a rollout made stays on the engine, and a machine without an engine
-gets one clear line before anything runs."""
+``test_sandbox``): nothing a rollout made stays on the engine, a rollout whose caller is killed
+ends by itself, and a machine without an engine gets one clear line before anything runs."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -56,6 +58,85 @@ def test_nothing_a_rollout_made_stays_on_the_engine(tmp_path, docker_host):
                     "crash": ("error", "exit code 3")}
     assert leftovers() == before == ([], [])
     assert sorted(p.name for p in tmp_path.iterdir()) == ["main.py"]
+
+
+# A holder as a Ray worker is one: it starts a rollout and waits; the test kills it mid-rollout,
+# well before the holder's own wall-clock limit would stop the container.
+LIMIT_S = 10
+HOLDER = f"""
+import sys
+from pathlib import Path
+from rsi.sandbox import Limits, run_program
+print(run_program([sys.executable, "main.py", sys.argv[2]], Path(sys.argv[1]), {{}}, Limits(timeout_s={LIMIT_S}, backend="docker")), file=sys.stderr)
+"""
+
+
+SLEEP = "import time; time.sleep(600)"
+# The candidate: leaves a process of its own in a new session, then sleeps; it never answers.
+ORPHAN = f"""
+import subprocess, sys, time
+subprocess.Popen([sys.executable, "-c", {SLEEP!r}, sys.argv[1]], start_new_session=True)
+time.sleep(600)
+"""
+
+
+def _candidates(marker: str) -> list[int]:
+    """The candidate's two processes (by their exact arguments), seen from the host: a
+    container's processes are the host's too, in a PID namespace of their own."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[1:-1] if proc.name.isdigit() else []
+        except OSError:
+            continue
+        if argv in (["main.py", marker], ["-c", SLEEP, marker]):
+            found.append(int(proc.name))
+    return found
+
+
+def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host):
+    """A killed Ray worker or node never stops its rollouts' containers. The candidate sleeps
+    far past its limit and leaves a process in a session of its own; once its caller is
+    SIGKILLed, the container still ends by its own deadline, ``ORPHAN_GRACE_S`` after the limit,
+    and nothing in it runs on."""
+    marker = f"rsi-orphan-{uuid.uuid4().hex}"
+    (tmp_path / "main.py").write_text(ORPHAN)
+    engine = jail_docker.client()
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(tmp_path), marker], cwd=REPO,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    container = None
+    try:
+        deadline = time.monotonic() + 90
+        while True:  # until the candidate and the process it left both run in the container
+            assert holder.poll() is None, f"the holder ended early: {holder.stderr.read().decode()[-2000:]}"
+            assert time.monotonic() < deadline, "the candidate never started its background process"
+            mine = [c for c in engine.containers.list(filters={"label": jail_docker.LABEL, "status": "running"})
+                    if marker in c.attrs["Config"]["Cmd"]]
+            if mine and len(_candidates(marker)) == 2:
+                container, = mine
+                break
+            time.sleep(0.2)
+        started = time.monotonic()
+        holder.kill()
+        holder.wait(timeout=30)
+        container.reload()
+        assert container.status == "running", "the engine does not know the caller is gone"
+
+        limit = LIMIT_S + jail_docker.ORPHAN_GRACE_S
+        while container.status == "running":
+            assert time.monotonic() - started < limit + 30, "the container outlived its rollout"
+            time.sleep(0.5)
+            container.reload()
+        assert container.attrs["State"]["ExitCode"] == 128 + 9, "ended by its own deadline's SIGKILL"
+        assert not _candidates(marker), "a process of the rollout runs on"
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+        if container is not None:  # what the dead caller would have removed
+            container.remove(force=True)
+            for volume in engine.volumes.list(filters={"label": jail_docker.LABEL}):
+                if any(m.get("Name") == volume.name for m in container.attrs["Mounts"]):
+                    volume.remove(force=True)
 
 
 def test_without_an_engine_the_backend_says_so_before_anything_runs(tmp_path, monkeypatch):
