@@ -11,6 +11,7 @@ changes how gaps are left, not a nudge of best fit).
     .venv/bin/python perf/mutator_edit_shares.py --edits 800 --seed 0 --probe order \\
         --probe-inputs targets/binpack_bestfit/probe.json
 
+``--data-thresholds`` sets the share of new thresholds drawn from the probe inputs.
 ``--source`` edits another heuristic instead (say, a run's stalled best member, written out by
 ``rsi export RUN --snapshot ID DEST``), ``--items`` sets the instances' length and ``--max-ops``
 the mutator's; the last line then gives the change in bins of the distinct measured edits.
@@ -101,19 +102,24 @@ def main() -> None:
     parser.add_argument("--source", type=Path, help="the heuristic to edit (default: best fit)")
     parser.add_argument("--items", type=int, default=1000, help="items per instance (two instances)")
     parser.add_argument("--max-ops", type=int, default=3, help="operators per edit: 1..max-ops")
+    parser.add_argument(
+        "--data-thresholds", type=float, default=0.0, help="the mutator's data_thresholds (needs --probe-inputs)"
+    )
     args = parser.parse_args()
     config = MutatorWorker.Config(
         type="mutator",
         probe=args.probe,
         probe_inputs="probe.json" if args.probe_inputs else None,
         max_ops=args.max_ops,
+        data_thresholds=args.data_thresholds,
     )
     source = args.source.read_text() if args.source else SEED
     deltas: list[int] = []
     got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas)
     measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
     print(
-        f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, seed {args.seed}: "
+        f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, data thresholds {args.data_thresholds}, "
+        f"seed {args.seed}: "
         + ", ".join(f"{k} {got[k]}" for k in ("repeat", "neutral", "better", "worse", "crash", "large"))
         + f"; better per distinct edit {100 * got['better'] / max(measured, 1):.1f}%"
         + f", large {100 * got['large'] / max(measured, 1):.2f}%"

@@ -167,7 +167,10 @@ def command(
         cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
     for host, dest in (binds or {}).items():
         cmd += ["--bind", src(host), dest]
-    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
+    # An interpreter started by a relative path (``../.venv/bin/python``) reports itself as
+    # ``/cwd/../.venv/bin/python``; only the part after ``..`` is bound in the jail.
+    program = [os.path.normpath(argv[0]), *argv[1:]] if argv and os.path.isabs(argv[0]) else list(argv)
+    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *program]
     return _staged_first(staged, cmd) if staged else cmd
 
 

@@ -470,3 +470,74 @@ def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
 
     synthetic, with_inputs = neutral_count("missing.json"), neutral_count("probe.json")
     assert synthetic >= 4 and with_inputs < synthetic / 2
+
+
+def _thresholds(fn: ast.FunctionDef) -> list[float]:
+    """The numbers compared against in ``fn``'s conditions, apart from the band's lower 0."""
+    out = []
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Compare) and isinstance(node.comparators[0], ast.Constant):
+            value = node.comparators[0].value
+            if value != 0:
+                out.append(float(value))
+    return out
+
+
+def test_data_thresholds_fall_between_neighbouring_observed_gaps():
+    """With ``data_thresholds`` 1, every inserted condition on the gap ``bins - item`` compares it
+    with a value halfway between two gaps the recorded calls show, so on those calls it is true
+    for some bins and false for others; the log-uniform draws land there far less often."""
+    from rsi.workers._mutations import Mutations
+    from rsi.workers._probe import load_cases
+    from rsi.workers._pyedit import module_names
+
+    cases = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}, {"item": 12, "bins": [13, 20, 99, 100]}])
+    gaps = np.unique(np.concatenate([c["bins"] - c["item"] for c in cases]))  # 0 1 5 8 22 70 87 88
+    midpoints = {float(f"{(a + b) / 2:.3g}") for a, b in zip(gaps[:-1], gaps[1:])}
+    tree = ast.parse(TYPED_BEST_FIT)
+
+    def share_on_midpoints(data_thresholds: float) -> float:
+        on, seen = 0, 0
+        for seed in range(300):
+            fn = _function(TYPED_BEST_FIT)
+            mutations = Mutations(np.random.default_rng(seed), module_names(tree), 10.0, cases, data_thresholds)
+            mutations.apply("insert_term", fn)
+            text = ast.unparse(fn)
+            if "bins - item >" not in text and "bins - item <" not in text:
+                continue  # a condition on another quantity, or no condition
+            for value in _thresholds(fn):
+                seen += 1
+                on += value in midpoints
+        assert seen > 20
+        return on / seen
+
+    assert share_on_midpoints(1.0) > 0.9
+    assert share_on_midpoints(0.0) < 0.2
+
+
+def test_data_thresholds_skip_rebound_arguments_and_reach_the_worker(tmp_path):
+    """An argument the body assigns again no longer holds the recorded values, so its
+    thresholds are drawn as before; and the worker's option changes the edits it makes."""
+    from rsi.workers._mutations import Mutations
+    from rsi.workers._probe import load_cases
+    from rsi.workers._pyedit import ModuleNames
+
+    cases = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}])
+    rebound = _function("def priority(item, bins):\n    bins = bins * 2\n    return -(bins - item)\n")
+    mutations = Mutations(np.random.default_rng(0), ModuleNames(numpy="np"), 10.0, cases, 1.0)
+    mutations.apply("drop_term", rebound)  # sets up which names the body rebinds
+    assert mutations._observed(ast.parse("bins - item", mode="eval").body) is None
+    assert mutations._observed(ast.parse("item", mode="eval").body).tolist() == [30.0]
+
+    def edits(share: float) -> list[str]:
+        out = []
+        for seed in range(20):
+            root = checkout_with(
+                tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps([{"item": 30, "bins": [30, 35]}])},
+                name=f"share{share}-{seed}",
+            )
+            make(seed=seed, probe="order", probe_inputs="probe.json", data_thresholds=share).edit(root, "improve")
+            out.append((root / "heuristic.py").read_text())
+        return out
+
+    assert edits(0.0) != edits(1.0)

@@ -3,7 +3,10 @@
 Each operator picks a random site in the function body, changes it in place and returns True,
 or returns False when the body has no site it applies to. New constants are drawn around
 ``scale`` (the typical magnitude of quantities in the evolved code), so inserted thresholds,
-penalties and decay lengths land in a range where they change decisions.
+penalties and decay lengths land in a range where they change decisions. With recorded example
+inputs (``cases``), a share of new thresholds is instead drawn between two neighbouring values
+the compared quantity takes on them, where a decision on real inputs flips; those values are
+read from the data, never by running the function.
 """
 
 from __future__ import annotations
@@ -156,9 +159,12 @@ class Mutations:
     rng: np.random.Generator
     names: ModuleNames
     scale: float = 10.0
+    cases: list[dict] | None = None  # recorded example inputs: argument name -> number or array
+    data_thresholds: float = 0.0  # share of conditions whose threshold comes from ``cases``
 
     def apply(self, op: str, fn: Function) -> bool:
         self._scalars = scalar_args(fn)
+        self._rebound = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
         return getattr(self, op)(fn, sites(fn))
 
     def _varies(self, node: ast.AST) -> bool:
@@ -382,13 +388,56 @@ class Mutations:
         """A multiplier for one branch: scale-free, mostly a damping or an amplification."""
         return float(f"{np.exp(self.rng.uniform(np.log(0.05), np.log(20.0))):.3g}")
 
+    def _observed(self, atom: ast.expr) -> np.ndarray | None:
+        """The values ``atom`` takes on the recorded inputs when it is an argument or the
+        difference of two (the quantities a threshold on a gap or a size compares); None for
+        anything else, or an argument the body rebinds. Only data is read: no code runs."""
+        if isinstance(atom, ast.Name):
+            first, second = atom.id, None
+        elif (
+            isinstance(atom, ast.BinOp)
+            and isinstance(atom.op, ast.Sub)
+            and isinstance(atom.left, ast.Name)
+            and isinstance(atom.right, ast.Name)
+        ):
+            first, second = atom.left.id, atom.right.id
+        else:
+            return None
+        if {first, second} & getattr(self, "_rebound", set()):
+            return None
+        values = []
+        for case in self.cases or []:
+            if first in case and (second is None or second in case):
+                values.append(np.ravel(np.asarray(case[first], float) - (case[second] if second else 0.0)))
+        if not values:
+            return None
+        found = np.unique(np.concatenate(values))
+        return found[np.isfinite(found)]
+
+    def _between(self, values: np.ndarray | None) -> float | None:
+        """A threshold halfway between two neighbouring observed values: on those inputs it
+        separates them, so the condition is true for some and false for others."""
+        if values is None or values.size < 2:
+            return None
+        k = int(self.rng.integers(values.size - 1))
+        return float(f"{(values[k] + values[k + 1]) / 2:.3g}")
+
     def _condition(self, atom: ast.expr) -> ast.expr:
         """``atom OP t``, or a band ``(atom > 0) & (atom < t)`` that leaves exact zeros alone."""
+        # (the extra draw happens only when data thresholds are on, so runs without them repeat)
+        observed = (
+            self._observed(atom) if self.data_thresholds > 0 and self.rng.random() < self.data_thresholds else None
+        )
         if self.rng.random() < BAND_SHARE:
             low = ast.Compare(left=clone(atom), ops=[ast.Gt()], comparators=[literal(0)])
-            upper = literal(self._magnitude(0.2, 5.0))
+            bound = self._between(observed[observed > 0] if observed is not None else None)
+            upper = literal(bound if bound is not None else self._magnitude(0.2, 5.0))
             high = ast.Compare(left=atom, ops=[self._pick((ast.Lt, ast.LtE))()], comparators=[upper])
             return _binop(low, ast.BitAnd(), high)
+        data = self._between(observed)
+        if data is not None and data != 0:
+            op = self._pick(ORDER)()
+            return ast.Compare(left=atom, ops=[op], comparators=[literal(data)])
         threshold = 0 if self.rng.random() < 0.1 else self._signed(0.1, 5.0, negative=0.2)
         op = self._pick(ORDER + (ast.Eq,) if threshold == 0 else ORDER)()
         return ast.Compare(left=atom, ops=[op], comparators=[literal(threshold)])

@@ -100,6 +100,15 @@ class MutatorWorker(Worker):
             description="typical magnitude of the evolved code's quantities; new thresholds, "
             "penalties and length scales are drawn log-uniformly around it (bin packing with capacity 100: 10)",
         )
+        data_thresholds: float = Field(
+            0.0,
+            ge=0,
+            le=1,
+            description="share of inserted conditions whose threshold is drawn halfway between two "
+            "neighbouring values the compared quantity (an argument, or a difference of two) takes on the "
+            "probe inputs, where a decision on recorded calls flips; needs probe_inputs. 0: every threshold "
+            "is drawn around constant_scale",
+        )
         max_nodes: int = Field(
             200,
             ge=20,
@@ -207,7 +216,14 @@ class MutatorWorker(Worker):
             if i not in copies:
                 copies[i] = clone(targets[i].fn)  # only functions an operator touches are copied
             op = self._operator(copies[i])
-            if Mutations(self.rng, targets[i].names, self.config.constant_scale).apply(op, copies[i]):
+            mutations = Mutations(
+                self.rng,
+                targets[i].names,
+                self.config.constant_scale,
+                getattr(self, "_cases", None),
+                self.config.data_thresholds,
+            )
+            if mutations.apply(op, copies[i]):
                 applied.append(f"{op} in {targets[i].label}")
         if any(_size(fn) > max(self.config.max_nodes, _size(targets[i].fn)) for i, fn in copies.items()):
             return None  # grew past the cap: draw again
