@@ -20,7 +20,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
-from _cluster import REPO, LocalCluster, cmdline, comparable, decisions, descendants, rollout_keys, slow_table_scenario
+from _cluster import REPO, LocalCluster, comparable, decisions, rollout_keys, slow_table_scenario
+from _procs import cmdline, descendants
 
 LAUNCHERS = sorted((REPO / "cluster" / "launcher").glob("*.yaml"))
 RAYJOB = REPO / "cluster" / "kuberay" / "rayjob.yaml"

@@ -19,7 +19,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _cluster import REPO, cluster_env, comparable, decisions, descendants, kill_tree, rollout_keys, slow_table_scenario
+from _cluster import REPO, cluster_env, comparable, decisions, kill_tree, rollout_keys, slow_table_scenario
+from _procs import descendants, process
 
 pytestmark = pytest.mark.slow
 
@@ -94,11 +95,8 @@ class Driver:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
+    p = process(pid)
+    return p is not None and p.state not in ("Z", "X")
 
 
 def test_killed_three_times_resumes_to_identical_decisions(tmp_path, env):

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _procs import cmdline_has, pids
 
 from rsi import _sandbox_slots, sandbox
 from rsi.errors import ConfigError, RsiError
@@ -83,26 +84,12 @@ def marker() -> str:
     return f"rsi-sandbox-test-{uuid.uuid4().hex}"
 
 
-def alive(mark: str) -> list[int]:
-    """Live processes whose command line carries ``mark`` (zombies have an empty one)."""
-    found = []
-    for name in os.listdir("/proc"):
-        if name.isdigit():
-            try:
-                with open(f"/proc/{name}/cmdline", "rb") as f:
-                    if mark.encode() in f.read():
-                        found.append(int(name))
-            except OSError:
-                pass
-    return found
-
-
 def gone(mark: str, within: float = 3.0) -> list[int]:
     """SIGKILL is delivered at once but a process takes a moment to exit: wait a little."""
     end = time.monotonic() + within
-    while (pids := alive(mark)) and time.monotonic() < end:
+    while (found := pids(cmdline_has(mark))) and time.monotonic() < end:
         time.sleep(0.02)
-    return pids
+    return found
 
 
 # ---- the protocol ------------------------------------------------------------------------

@@ -31,6 +31,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _procs import Process, process, processes
 
 from rsi import _sandbox_slots, sandbox
 from rsi.sandbox import Limits, run_program
@@ -92,29 +93,16 @@ def in_effect(backend: str) -> str:
         else "process"
 
 
-def processes(match) -> dict[int, tuple[int, bytes, list[str]]]:
-    """pid -> (uid, start time, argv) of the live processes for which ``match(uid, argv)``."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            uid = os.stat(f"/proc/{name}").st_uid
-            argv = [a.decode(errors="replace") for a in Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")[:-1]]
-            started = Path(f"/proc/{name}/stat").read_bytes().rsplit(b")", 1)[1].split()[19]
-        except (OSError, IndexError):
-            continue
-        if live(name) and match(uid, argv):
-            found[int(name)] = (uid, started, argv)
-    return found
+def live_processes(match) -> dict[int, Process]:
+    """pid -> reading of the processes that can still run for which ``match``: the sweep's SIGKILL
+    leaves a process lingering a moment in its exit, and it must not count as one left running."""
+    return {p.pid: p for p in processes(lambda p: match(p) and live(p.pid))}
 
 
-def still_running(pid: int, started: bytes) -> bool:
-    try:
-        same = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[19] == started
-    except (OSError, IndexError):
-        return False
-    return same and live(pid)
+def still_running(then: Process) -> bool:
+    """``then``'s pid may be reused by the time the test looks again: the start time tells."""
+    now = process(then.pid)
+    return now is not None and now.started == then.started and live(then.pid)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
@@ -125,14 +113,15 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
     holder = subprocess.Popen([sys.executable, "-c", HOLDER, CANDIDATE, marker, str(checkout),
                                json.dumps(limits_for(backend))], cwd=REPO,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    leftover: dict = {}
+    leftover: dict[int, Process] = {}
     try:
         deadline = time.monotonic() + 120
-        while not (escapees := processes(lambda uid, argv: argv[1:4] == ["-c", SLEEPER, marker])):
+        while not (escapees := live_processes(lambda p: p.argv[1:4] == ["-c", SLEEPER, marker])):
             assert holder.poll() is None, f"the holder ended early: {holder.stderr.read().decode()[-2000:]}"
             assert time.monotonic() < deadline, "the candidate never started its background process"
             time.sleep(0.05)
-        (slot_uid, _, _), = escapees.values()
+        escapee, = escapees.values()
+        slot_uid = escapee.uid
         base = _sandbox_slots._slot_base()
         assert base <= slot_uid < base + _sandbox_slots._SLOTS, "the rollout ran under a slot uid"
         holder.send_signal(signal.SIGKILL)
@@ -141,13 +130,13 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
         # The holder is gone; its slot file's mark is not, nor (outside the jail) its candidate's processes.
         if in_effect(backend) == "bwrap":
             deadline = time.monotonic() + 30
-            while processes(lambda uid, argv: uid == slot_uid):
+            while live_processes(lambda p: p.uid == slot_uid):
                 assert time.monotonic() < deadline, "the jail outlived its holder"
                 time.sleep(0.05)
         else:
-            leftover = processes(lambda uid, argv: uid == slot_uid)
+            leftover = live_processes(lambda p: p.uid == slot_uid)
             assert set(escapees) <= set(leftover)
-            assert any(argv[1:3] == ["-c", CANDIDATE] for _, _, argv in leftover.values()), "the candidate lives on"
+            assert any(p.argv[1:3] == ["-c", CANDIDATE] for p in leftover.values()), "the candidate lives on"
         slot = slot_uid - base
         slot_file = Path(_sandbox_slots._slot_dir()) / f"{slot:04d}"
         assert slot_file.read_bytes() == b"1"
@@ -168,14 +157,14 @@ def test_next_rollout_on_a_dead_holders_slot_sweeps_its_processes_and_runs_clean
             assert (out.output["uid"], out.output["others"]) == (slot_uid, [])
         assert slot_file.stat().st_mtime > rested + _sandbox_slots._SLOT_REST_S, "the next rollout took that slot"
         assert slot_file.read_bytes() == b"", "released clean: nothing of that uid left"
-        assert [pid for pid, (_, started, _) in leftover.items() if still_running(pid, started)] == []
-        assert processes(lambda uid, argv: uid == slot_uid) == {}
+        assert [pid for pid, p in leftover.items() if still_running(p)] == []
+        assert live_processes(lambda p: p.uid == slot_uid) == {}
     finally:
         if holder.poll() is None:
             holder.kill()
             holder.wait()
-        for pid, (_, started, _) in leftover.items():
-            if still_running(pid, started):
+        for pid, p in leftover.items():
+            if still_running(p):
                 os.kill(pid, signal.SIGKILL)
         holder.stderr.close()
 

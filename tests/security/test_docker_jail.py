@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from _procs import args_are, pids
 
 from rsi import jail_docker, sandbox
 from rsi.jail import JailUnavailable
@@ -81,17 +82,10 @@ time.sleep(600)
 
 
 def _candidates(marker: str) -> list[int]:
-    """The candidate's two processes (by their exact arguments), seen from the host: a
-    container's processes are the host's too, in a PID namespace of their own."""
-    found = []
-    for proc in Path("/proc").iterdir():
-        try:
-            argv = (proc / "cmdline").read_bytes().decode(errors="replace").split("\0")[1:-1] if proc.name.isdigit() else []
-        except OSError:
-            continue
-        if argv in (["main.py", marker], ["-c", SLEEP, marker]):
-            found.append(int(proc.name))
-    return found
+    """The candidate's two processes, seen from the host: a container's processes are the host's
+    too, in a PID namespace of their own. By their exact arguments: the holder, ``timeout`` and
+    the container's init carry the marker on their command lines too."""
+    return pids(args_are(["main.py", marker], ["-c", SLEEP, marker]))
 
 
 def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host):

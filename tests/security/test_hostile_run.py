@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import secrets
 import shutil
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
 import yaml
 from _cluster import REPO, cluster_env
+from _procs import cmdline_has, pids
 
 pytestmark = pytest.mark.slow
 
@@ -92,15 +91,6 @@ def test_a_hostile_candidate_cannot_reach_the_run_or_the_cluster(tmp_path, backe
                   if hits and not (pattern == "/proc/*/environ" and all(p.startswith("/proc/") for p, _ in hits))}
         assert leaked == {}, leaked
         assert FORGED in t["stderr_tail"]  # the candidate's own output is data in its trace
-    alive = [pid for pid in filter(str.isdigit, os.listdir("/proc"))
-             if _cmdline_has(pid, mark)]
-    assert alive == [], "a candidate's daemon outlived the run"
+    assert pids(cmdline_has(mark)) == [], "a candidate's daemon outlived the run"
     meta = json.loads((run_dir / "run.json").read_text())
     assert meta["jail"] == jail
-
-
-def _cmdline_has(pid: str, mark: str) -> bool:
-    try:
-        return mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from _procs import cmdline_has, pids
 
 from benchmarks.binpack import BinPack, BinPackParams
 from benchmarks.binpack.instances import load_test_set
@@ -156,14 +157,7 @@ def test_nothing_the_rollout_wrote_or_started_outlives_it(tmp_path):
     assert "/tmp" in report(result)["wrote"]
     for d in ("/tmp", "/dev/shm", "/var/tmp", str(Path.home())):
         assert not (Path(d) / mark).exists(), f"{d}/{mark} outlived the rollout"
-    alive = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if mark.encode() in Path(f"/proc/{pid}/cmdline").read_bytes():
-                alive.append(pid)
-        except OSError:
-            pass
-    assert alive == [], "the daemon outlived its rollout"
+    assert pids(cmdline_has(mark)) == [], "the daemon outlived its rollout"
 
 
 def test_the_checkout_copy_and_the_jail_root_hold_no_unbounded_writes(tmp_path):
