@@ -167,10 +167,7 @@ def command(
         cmd += ["--ro-bind", src(host), f"{HARNESS}/{name}"]
     for host, dest in (binds or {}).items():
         cmd += ["--bind", src(host), dest]
-    # An interpreter started by a relative path (``../.venv/bin/python``) reports itself as
-    # ``/cwd/../.venv/bin/python``; only the part after ``..`` is bound in the jail.
-    program = [os.path.normpath(argv[0]), *argv[1:]] if argv and os.path.isabs(argv[0]) else list(argv)
-    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *program]
+    cmd = [*enter, *cmd, "--remount-ro", "/", "--chdir", CHECKOUT, "--", *argv]
     return _staged_first(staged, cmd) if staged else cmd
 
 
@@ -291,8 +288,13 @@ def _ensure_stage_points(n: int) -> None:
 
 
 def translate(argv: Sequence[str], checkout: Path, harness: Mapping[str, str]) -> list[str]:
-    """Host paths in ``argv`` as the jail sees them (the checkout and the harness files)."""
+    """Host paths in ``argv`` as the jail sees them (the checkout and the harness files). An
+    interpreter started by a relative path (``../.venv/bin/python``) reports itself as
+    ``/cwd/../.venv/bin/python``, through a directory the jail does not show: the program's
+    path is normalised first."""
     root = str(checkout).rstrip("/")
+    if argv and os.path.isabs(argv[0]):
+        argv = [os.path.normpath(argv[0]), *argv[1:]]
     out = []
     for a in argv:
         if a in harness:

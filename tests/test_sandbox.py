@@ -111,6 +111,16 @@ def test_good_program_gets_the_task_and_its_output_is_parsed(jail, checkout):
     assert "debug: starting" in out.stdout_tail
 
 
+def test_an_interpreter_named_through_a_parent_directory_still_starts(jail, checkout, tmp_path):
+    """``../.venv/bin/python study.py`` makes ``sys.executable`` ``/cwd/../.venv/bin/python``,
+    a path through a directory the jail does not show; the rollout must still start."""
+    argv = program(checkout, "import json; print(json.dumps({'answer': 1}))")
+    argv[0] = f"{tmp_path}/{os.path.relpath(sys.executable, tmp_path)}"
+    assert ".." in argv[0] and os.path.samefile(argv[0], sys.executable)
+    out = run_program(argv, checkout, {}, Limits(timeout_s=20), required_keys=["answer"])
+    assert out.status == "ok", out.reason
+
+
 def test_large_task_on_stdin_is_fed_without_deadlock(checkout):
     argv = program(checkout, """
         import json, sys
