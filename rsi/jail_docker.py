@@ -15,6 +15,8 @@ namespaces this process builds:
 * a deadline of its own: the container's main process is coreutils' ``timeout``, which kills
   the candidate ``ORPHAN_GRACE_S`` after the wall-clock limit, so a container whose caller died
   (a killed Ray worker or node, which never stops it) still ends, and everything in it with it;
+  the next process to start rollouts on the engine removes such a leftover container and its
+  volume once they are ``LEFTOVER_AGE_S`` old (``sweep_leftovers``);
 * limits: rlimits for address space (set by the start script: the engine has none), CPU
   seconds, file size and open files, as in the bubblewrap jail; the cgroup caps the process count
   and, as a backstop, memory with the three tmpfs included and no swap.
@@ -28,6 +30,7 @@ sees them as pipes (``ContainerProcess``), exactly as it sees a bubblewrap child
 
 from __future__ import annotations
 
+import calendar
 import functools
 import io
 import math
@@ -38,6 +41,7 @@ import struct
 import sys
 import tarfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -61,6 +65,10 @@ _START = 'ulimit -v {as_kb} && read -r _ && exec "$@"'
 # after the clock inside starts and before the caller's does.
 ORPHAN_GRACE_S = 30
 _TIMEOUT = "/usr/bin/timeout"  # coreutils, bound read-only with /usr
+# A rollout's container and volume that ended this long ago were left by a caller that died (a
+# live one removes them the moment it has read the exit code): the next process that starts
+# rollouts on this engine removes them.
+LEFTOVER_AGE_S = 600
 
 
 def unavailable(why: str) -> JailUnavailable:
@@ -87,7 +95,47 @@ def client() -> Any:
     except Exception as exc:  # the SDK raises DockerException, requests' and socket errors alike
         raise unavailable(f"a Docker engine that answers ({type(exc).__name__}: {exc})") from None
     _ensure_base_image(engine)
+    try:
+        sweep_leftovers(engine)
+    except Exception:  # housekeeping: an engine that refuses it still runs rollouts
+        pass
     return engine
+
+
+def sweep_leftovers(engine: Any, min_age_s: float | None = None) -> list[str]:
+    """Remove the rollout containers that ended (or were made and never started) at least
+    ``min_age_s`` (default ``LEFTOVER_AGE_S``) ago, and the rollout volumes no container uses that are as old: what a killed
+    worker or node leaves behind, since its containers end by their own deadline but nothing
+    removes them. A running container, and its volume, are never touched. Returns the names
+    removed."""
+    min_age_s = LEFTOVER_AGE_S if min_age_s is None else min_age_s
+    now = time.time()
+    removed = []
+    for container in engine.containers.list(all=True, filters={"label": LABEL}):
+        state = container.attrs.get("State", {})
+        if container.status in ("exited", "dead"):
+            since = state.get("FinishedAt", "")
+        elif container.status == "created":
+            since = container.attrs.get("Created", "")
+        else:
+            continue
+        if now - _engine_time(since) >= min_age_s:
+            container.remove(force=True)
+            removed.append(container.name)
+    for volume in engine.volumes.list(filters={"label": LABEL, "dangling": True}):
+        if now - _engine_time(volume.attrs.get("CreatedAt", "")) >= min_age_s:
+            volume.remove(force=True)
+            removed.append(volume.name)
+    return removed
+
+
+def _engine_time(stamp: str) -> float:
+    """Seconds since the epoch of an engine timestamp (RFC 3339 in UTC, to the second; what
+    does not parse counts as now, so it is kept)."""
+    try:
+        return calendar.timegm(time.strptime(stamp[:19], "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return time.time()
 
 
 def _ensure_base_image(engine: Any) -> None:

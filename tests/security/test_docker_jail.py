@@ -88,11 +88,11 @@ def _candidates(marker: str) -> list[int]:
     return pids(args_are(["main.py", marker], ["-c", SLEEP, marker]))
 
 
-def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host):
+def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host, monkeypatch):
     """A killed Ray worker or node never stops its rollouts' containers. The candidate sleeps
     far past its limit and leaves a process in a session of its own; once its caller is
     SIGKILLed, the container still ends by its own deadline, ``ORPHAN_GRACE_S`` after the limit,
-    and nothing in it runs on."""
+    and nothing in it runs on; what it leaves, the next process to start rollouts removes."""
     marker = f"rsi-orphan-{uuid.uuid4().hex}"
     (tmp_path / "main.py").write_text(ORPHAN)
     engine = jail_docker.client()
@@ -115,6 +115,7 @@ def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host):
         holder.wait(timeout=30)
         container.reload()
         assert container.status == "running", "the engine does not know the caller is gone"
+        assert container.name not in jail_docker.sweep_leftovers(engine, min_age_s=0), "a running one is kept"
 
         limit = LIMIT_S + jail_docker.ORPHAN_GRACE_S
         while container.status == "running":
@@ -123,6 +124,17 @@ def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host):
             container.reload()
         assert container.attrs["State"]["ExitCode"] == 128 + 9, "ended by its own deadline's SIGKILL"
         assert not _candidates(marker), "a process of the rollout runs on"
+
+        # What the dead caller leaves, the next process to start rollouts removes once it is old
+        volume = next(m["Name"] for m in container.attrs["Mounts"] if m.get("Type") == "volume")
+        assert container.name not in jail_docker.sweep_leftovers(engine), "just ended: kept for a live caller"
+        monkeypatch.setattr(jail_docker, "LEFTOVER_AGE_S", 2)
+        time.sleep(3)  # engine times are read to the second; other tests' fresh leftovers stay
+        jail_docker.client.cache_clear()
+        jail_docker.client()  # a process about to start rollouts sweeps first
+        assert not engine.containers.list(all=True, filters={"name": container.name})
+        assert volume not in [v.name for v in engine.volumes.list(filters={"label": jail_docker.LABEL})]
+        container = None
     finally:
         if holder.poll() is None:
             holder.kill()
