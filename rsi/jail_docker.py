@@ -104,10 +104,10 @@ def client() -> Any:
 
 def sweep_leftovers(engine: Any, min_age_s: float | None = None) -> list[str]:
     """Remove the rollout containers that ended (or were made and never started) at least
-    ``min_age_s`` (default ``LEFTOVER_AGE_S``) ago, and the rollout volumes no container uses that are as old: what a killed
-    worker or node leaves behind, since its containers end by their own deadline but nothing
-    removes them. A running container, and its volume, are never touched. Returns the names
-    removed."""
+    ``min_age_s`` (default ``LEFTOVER_AGE_S``) ago, and the rollout volumes as old that no
+    container uses: what a killed worker or node leaves behind, since its containers end by
+    their own deadline but nothing removes them. A running container, and its volume, are never
+    touched. Returns the names removed."""
     min_age_s = LEFTOVER_AGE_S if min_age_s is None else min_age_s
     now = time.time()
     removed = []
