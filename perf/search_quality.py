@@ -3,9 +3,9 @@
 For each run directory: the promoted heuristic, its excess on the generated Weibull dev split
 (5 instances x 5000 items, seeds apart from train; the split levers are chosen on), the test
 figures the run itself printed (OR1-4, Weibull 5k), admitted candidates, duplicate declines, screen
-passes not confirmed as twins of a measured version, confirms under the gain ratio and,
-when the runner's wrapper left ``wall.txt`` beside the run (``seconds load1 load5 load15``), the
-wall time and load average.
+passes not confirmed as twins of a measured version, confirms under the gain ratio, and the wall
+time: from ``wall.txt`` when the runner's wrapper left one beside the run (``seconds load1
+load5 load15``, with the load average), else the runner's own ``elapsed_s``.
 
 With ``--fresh``: also each heuristic's excess on the 100 fresh generated Weibull instances
 (5000 items each; no run selects on them), beside the 5-instance published set, so a heuristic
@@ -123,7 +123,7 @@ def decision_counts(decisions: list[dict]) -> dict[str, int]:
 def run_figures(run_dir: Path) -> dict:
     """What a finished run recorded, read from its files only (nothing of the candidate runs
     here): the test figures the runner printed, decision counts, the train rollouts it executed
-    and, when a wrapper left ``wall.txt`` beside the run, its wall time and load average."""
+    and the wall time (a wrapper's ``wall.txt``, with the load average, else ``elapsed_s``)."""
     summary = json.loads((run_dir / "summary.json").read_text())
     decisions = [json.loads(line) for line in (run_dir / "decisions.jsonl").read_text().splitlines()]
     rollouts = RunRecords.open(str(run_dir)).rollouts()
@@ -139,6 +139,8 @@ def run_figures(run_dir: Path) -> dict:
     if wall.exists():
         seconds, *load = wall.read_text().split()
         row["wall_s"], row["load"] = float(seconds), " ".join(load)
+    elif "elapsed_s" in summary:  # the runner's own clock, from its start to its summary
+        row["wall_s"] = float(summary["elapsed_s"])
     return row
 
 
