@@ -182,6 +182,11 @@ def test_config_validation():
     with pytest.raises(ValidationError, match="at least one operator weight"):
         MutatorWorker.Config(type="mutator", weights={name: 0 for name in (
             "perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")})
+    with pytest.raises(ValidationError, match="data_thresholds draws thresholds from the recorded calls"):
+        MutatorWorker.Config(type="mutator", data_thresholds=0.5)
+    with pytest.raises(ValidationError, match="data_thresholds draws thresholds from the recorded calls"):
+        MutatorWorker.Config(type="mutator", data_thresholds=0.5, probe="off", probe_inputs="probe.json")
+    assert MutatorWorker.Config(type="mutator", data_thresholds=0.5, probe_inputs="probe.json").data_thresholds == 0.5
 
 
 def test_weights_restrict_the_operators(tmp_path):

@@ -129,6 +129,16 @@ class MutatorWorker(Worker):
             "see the function's actual domain); unset, missing or unreadable: synthetic inputs around constant_scale",
         )
 
+        @model_validator(mode="after")
+        def _data_thresholds_need_recorded_calls(self):
+            # Without recorded calls the option would do nothing, silently: say so at load time.
+            if self.data_thresholds > 0 and (self.probe_inputs is None or self.probe == "off"):
+                raise ValueError(
+                    "data_thresholds draws thresholds from the recorded calls in probe_inputs: set "
+                    "probe_inputs (with probe 'equal' or 'order'), or set data_thresholds to 0"
+                )
+            return self
+
     def __init__(self, config: MutatorWorker.Config, base_dir: Path | None = None, seed: int = 0):
         super().__init__()
         self.config = config
