@@ -35,20 +35,30 @@ from pathlib import Path
 
 import numpy as np
 
-from algorithms.meta.binpack import OR, WEIBULL
+from algorithms.meta.binpack import OR, WEIBULL, RecordedCallMutation, offline_mutation
 from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.tree import FlatPuct
 
 
 def one(job: tuple) -> tuple[float, float]:
-    family, items, lists, redraws, c, instance, budget = job
+    family, items, lists, redraws, c, instance, budget, expansion, data_thresholds = job
+    mutate = offline_mutation if expansion == "plain" else RecordedCallMutation(family, data_thresholds)
     domain = dataclasses.replace(
-        OR if family == "or" else WEIBULL, items=items, n_train=lists, n_held_out=lists, redraws=redraws
+        OR if family == "or" else WEIBULL,
+        items=items,
+        n_train=lists,
+        n_held_out=lists,
+        redraws=redraws,
+        mutate=mutate,
     )
     start = time.perf_counter()
     reward = auc(run_inner(FlatPuct(c), domain, instance, 0, budget))
     return reward, time.perf_counter() - start
+
+
+#: What records written before ``--expansion`` existed were measured with.
+BEFORE_EXPANSIONS = {"expansion": "plain", "data_thresholds": 0.0}
 
 
 def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, float]]:
@@ -68,7 +78,7 @@ def already_done(out: Path | None, setting: dict) -> dict[tuple, tuple[float, fl
     done = {}
     for n, line in enumerate(lines, 1):
         rec = json.loads(line)
-        if any(rec[k] != v for k, v in setting.items()):
+        if any(rec.get(k, BEFORE_EXPANSIONS.get(k)) != v for k, v in setting.items()):
             raise ValueError(f"{out}:{n} was measured with other settings ({rec}); use another --out")
         done[(rec["redraws"], rec["c"], rec["instance"])] = (rec["reward"], rec["seconds"])
     return done
@@ -121,6 +131,19 @@ def main() -> None:
     ap.add_argument("--first", type=int, default=300_000, help="the first pair's instance number")
     ap.add_argument("--cs", default="0,1", help="flat-PUCT constants to compare")
     ap.add_argument("--redraws", default="0,8", help="redraw settings, each measured on the same pairs")
+    ap.add_argument(
+        "--expansion",
+        choices=("plain", "recorded"),
+        default="plain",
+        help="plain: the mutator probes its edits on synthetic inputs; recorded: it ranks the bins of calls "
+        "recorded on the family (probe: order), as the DarwinX bin-packing configs run it",
+    )
+    ap.add_argument(
+        "--data-thresholds",
+        type=float,
+        default=0.0,
+        help="with --expansion recorded: share of new conditions thresholded between recorded values",
+    )
     ap.add_argument("--procs", type=int, default=2)
     ap.add_argument("--out", type=Path, help="JSON lines of every search's reward, kept and read back on a rerun")
     ap.add_argument("--every", type=int, default=20, help="searches between progress lines on stderr")
@@ -128,10 +151,22 @@ def main() -> None:
     cs = [float(c) for c in args.cs.split(",")]
     redraws_all = [int(r) for r in args.redraws.split(",")]
     instances = [args.first + i for i in range(args.pairs)]
-    setting = {"family": args.family, "items": args.items, "lists": args.lists, "budget": args.budget}
+    if args.data_thresholds and args.expansion != "recorded":
+        ap.error("--data-thresholds draws from recorded calls: it needs --expansion recorded")
+    setting = {
+        "family": args.family,
+        "items": args.items,
+        "lists": args.lists,
+        "budget": args.budget,
+        "expansion": args.expansion,
+        "data_thresholds": args.data_thresholds,
+    }
     # Both rules of a pair run side by side, so a study stopped early still holds whole pairs.
     jobs = [
-        (args.family, args.items, args.lists, r, c, i, args.budget) for r in redraws_all for i in instances for c in cs
+        (args.family, args.items, args.lists, r, c, i, args.budget, args.expansion, args.data_thresholds)
+        for r in redraws_all
+        for i in instances
+        for c in cs
     ]
     try:
         done = already_done(args.out, setting)
@@ -140,7 +175,9 @@ def main() -> None:
     got = search_all(args, setting, jobs, done)
     print(
         f"{args.family}, {args.items} items x {args.lists}+{args.lists} lists, budget {args.budget}, "
-        f"{args.pairs} pairs (instances {args.first}+i, seed 0)\n"
+        f"{args.pairs} pairs (instances {args.first}+i, seed 0), {args.expansion} expansion"
+        + (f", data thresholds {args.data_thresholds:g}" if args.data_thresholds else "")
+        + "\n"
     )
     print("| redraws | rule | mean auc | s per search | vs | difference ± SE | z | pairs that differ |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- |")

@@ -54,6 +54,45 @@ def offline_mutation(source: str, rng: random.Random) -> str:
     return mutate_source(source, seed=rng.getrandbits(63), max_ops=3, scale=10.0)
 
 
+#: Calls of ``priority`` recorded while best fit packed an instance of each family (the DarwinX
+#: bin-packing configs' ``probe_inputs``): an item and the residuals of the bins it fits in.
+RECORDED_CALLS = {"weibull": SEED_PROGRAM.parent / "probe.json", "or": SEED_PROGRAM.parent / "probe_or.json"}
+
+
+@dataclass(frozen=True)
+class RecordedCallMutation:
+    """The mutator as the DarwinX bin-packing configs run it, for one family.
+
+    Its probe ranks the bins of calls recorded on that family (``probe: order``), so an edit that
+    ranks every recorded call's bins as its parent does is drawn again inside the mutator, before
+    any node is packed; and a share ``data_thresholds`` of new conditions gets a threshold between
+    two neighbouring values the compared quantity takes in those calls, where a decision flips.
+    The synthetic probe of ``offline_mutation`` compares values, not rankings, on inputs around
+    the constant scale, so most of what it passes still packs as the parent does. New constants
+    are drawn around a tenth of the family's capacity. A frozen dataclass, not a closure: a
+    domain travels to worker processes by pickling.
+    """
+
+    family: str
+    data_thresholds: float = 0.0
+
+    def __call__(self, source: str, rng: random.Random) -> str:
+        return mutate_source(
+            source,
+            seed=rng.getrandbits(63),
+            max_ops=3,
+            scale=CAPACITY[self.family] / 10,
+            probe="order",
+            probe_calls=_recorded_calls(self.family),
+            data_thresholds=self.data_thresholds,
+        )
+
+
+@lru_cache(maxsize=4)
+def _recorded_calls(family: str) -> str:
+    return RECORDED_CALLS[family].read_text()
+
+
 def node_limits(limits: Limits | None, items: int) -> Limits:
     """The rollout's limits, with a wall clock for one node: a jail start plus about 200 us per
     item (packing measures 40-55 us per item through the jail), never more than the rollout's."""

@@ -18,26 +18,49 @@ import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from algorithms.meta.proposal_check import FACE_ARGS
 from algorithms.meta.values import priority_selection, validate_proposal
 
+if TYPE_CHECKING:
+    from rsi.workers._probe import ProbeMode
+
 MARKER = "# rsi: evolve"
+PROBE_FILE = "probe_calls.json"  # where mutate_source puts recorded calls beside the program
 
 
-def mutate_source(source: str, seed: int, max_ops: int = 3, scale: float = 10.0) -> str:
+def mutate_source(
+    source: str,
+    seed: int,
+    max_ops: int = 3,
+    scale: float = 10.0,
+    probe: ProbeMode = "equal",
+    probe_calls: str | None = None,
+    data_thresholds: float = 0.0,
+) -> str:
     """One mutator edit of the functions marked ``# rsi: evolve`` in ``source``.
 
-    Returns ``source`` unchanged when the mutator found no valid change.
+    ``probe``, ``probe_calls`` (the JSON text of recorded calls, as a ``probe_inputs`` file holds)
+    and ``data_thresholds`` are the mutator's options of the same names: unset, the probe compares
+    results on synthetic inputs. Returns ``source`` unchanged when the mutator found no valid change.
     """
     from rsi.workers.mutator import MutatorWorker  # imported on use: the rest of meta does not need it
 
-    config = MutatorWorker.Config(type="mutator", max_ops=max_ops, constant_scale=scale)
+    config = MutatorWorker.Config(
+        type="mutator",
+        max_ops=max_ops,
+        constant_scale=scale,
+        probe=probe,
+        probe_inputs=None if probe_calls is None else PROBE_FILE,
+        data_thresholds=data_thresholds,
+    )
     worker = MutatorWorker(config, seed=seed)
     with tempfile.TemporaryDirectory(prefix="rsi-mutate-") as tmp:
         path = Path(tmp) / "program.py"
         path.write_text(source)
+        if probe_calls is not None:
+            (Path(tmp) / PROBE_FILE).write_text(probe_calls)
         worker.edit(Path(tmp), "")
         return path.read_text()
 
