@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from rsi.config import load_yaml
 from rsi.workers import worker_class
 from rsi.workers._pyedit import MARKER
 from rsi.workers.mutator import MutatorWorker, merge
@@ -187,6 +188,10 @@ def test_config_validation():
     with pytest.raises(ValidationError, match="data_thresholds draws thresholds from the recorded calls"):
         MutatorWorker.Config(type="mutator", data_thresholds=0.5, probe="off", probe_inputs="probe.json")
     assert MutatorWorker.Config(type="mutator", data_thresholds=0.5, probe_inputs="probe.json").data_thresholds == 0.5
+    # YAML reads a bare `off` as false, in a config file and in a command-line override alike.
+    assert MutatorWorker.Config(type="mutator", probe=load_yaml("off", "override")).probe == "off"
+    with pytest.raises(ValidationError, match="Input should be 'off', 'equal' or 'order'"):
+        MutatorWorker.Config(type="mutator", probe=True)
 
 
 def test_weights_restrict_the_operators(tmp_path):

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
@@ -128,6 +128,12 @@ class MutatorWorker(Worker):
             "each argument name to a number or a list of numbers (recorded from real calls, they make the probe "
             "see the function's actual domain); unset, missing or unreadable: synthetic inputs around constant_scale",
         )
+
+        @field_validator("probe", mode="before")
+        @classmethod
+        def _unquoted_off(cls, v):
+            # YAML 1.1 reads a bare `off` (in a file or a --algorithm.worker.probe override) as false.
+            return "off" if v is False else v
 
         @model_validator(mode="after")
         def _data_thresholds_need_recorded_calls(self):
