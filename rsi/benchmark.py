@@ -55,6 +55,10 @@ class Benchmark(ABC):
     #: Files besides ``harness`` that it loads (read-only in the jail, under /harness, by name).
     #: Nothing else of the suite, its data above all, is visible to a candidate.
     harness_support: ClassVar[tuple[Path, ...]] = ()
+    #: Code and data outside the suite's package that a score depends on (files or folders),
+    #: hashed into ``fingerprint`` beside the package: a suite whose tasks run a search over
+    #: programs depends on the operator that edits them and on the program it starts from.
+    code_dependencies: ClassVar[tuple[Path, ...]] = ()
 
     def __init__(self, params: BenchmarkParams, base_dir: Path | None = None):
         self.params = params
@@ -96,9 +100,11 @@ class Benchmark(ABC):
     def fingerprint(self) -> str:
         """Part of the rollout cache key: changes whenever a score could. It hashes the suite's
         parameters, the bytes of its code and shipped data (every file of the package that
-        defines it), the harness, and ``data_fingerprint()`` for data kept elsewhere."""
+        defines it), the harness, ``code_dependencies``, and ``data_fingerprint()`` for data kept elsewhere."""
         h = hashlib.sha256(f"{self.name}|{self.params.model_dump_json()}|{self.data_fingerprint()}".encode())
         h.update(_code_digest(type(self)).encode())
+        for dependency in self.code_dependencies:
+            h.update(_tree_digest(Path(dependency).resolve()).encode())
         for path in sorted(self.harness_mounts()):
             h.update(hashlib.sha256(Path(path).read_bytes()).hexdigest().encode())
         return f"{self.name}:{h.hexdigest()[:16]}"
@@ -134,12 +140,20 @@ class Benchmark(ABC):
         return task.meta.get("dataset", self.name)
 
 
-@functools.cache
 def _code_digest(cls: type) -> str:
     """Digest of every file beside the module that defines ``cls`` (its package directory, data
-    included): an edit to scoring code, instance generation or a shipped data file changes it.
-    Computed once per process; ``__pycache__`` is not content."""
-    root = Path(inspect.getfile(cls)).resolve().parent
+    included): an edit to scoring code, instance generation or a shipped data file changes it."""
+    return _tree_digest(Path(inspect.getfile(cls)).resolve().parent)
+
+
+@functools.cache
+def _tree_digest(root: Path) -> str:
+    """Digest of a file, or of every file under a folder with its relative path. Computed once
+    per process; ``__pycache__`` is not content."""
+    if root.is_file():
+        return hashlib.sha256(root.read_bytes()).hexdigest()
+    if not root.is_dir():
+        raise ConfigError(f"{root}: a file the rollout cache key depends on is missing")
     h = hashlib.sha256()
     for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
         h.update(f"{path.relative_to(root).as_posix()}\0".encode())

@@ -117,6 +117,57 @@ def test_fingerprint_covers_benchmark_code_and_harness(tmp_path):
     assert _code_digest(load(pkg_b, "tablecopy_b")) != a
 
 
+def test_code_dependencies_outside_the_package_enter_the_fingerprint(tmp_path):
+    """A file the suite names in ``code_dependencies`` is part of the key: the same suite with
+    one byte of that file changed gets another fingerprint."""
+    from algorithms.meta.benchmark import BinpackSearchBenchmark
+
+    seeds = []
+    for name, tail in (("a", ""), ("b", "\n# the operator changed\n")):
+        copy = tmp_path / name / "binpack_bestfit"
+        shutil.copytree(REPO / "targets" / "binpack_bestfit", copy)
+        with open(copy / "heuristic.py", "a") as f:
+            f.write(tail)
+        seeds.append(copy)
+
+    def fingerprint(dependency: Path) -> str:
+        suite = type("Suite", (BinpackSearchBenchmark,), {"code_dependencies": (dependency,)})
+        return suite(BinpackSearchBenchmark.Params(name="meta_binpack")).fingerprint()
+
+    assert fingerprint(seeds[0]) == fingerprint(REPO / "targets" / "binpack_bestfit"), "a copy hashes as its original"
+    assert fingerprint(seeds[1]) != fingerprint(seeds[0])
+    assert fingerprint(seeds[1] / "heuristic.py") != fingerprint(seeds[0] / "heuristic.py"), "a single file too"
+
+
+def test_meta_binpack_fingerprint_holds_what_an_inner_search_runs():
+    """A stage-1 reward depends on the mutator that expands a node, the program the search starts
+    from, the recorded calls its probe ranks, and the instances and skeleton that pack a node:
+    every one lies in the suite's package or in its ``code_dependencies``."""
+    import inspect
+
+    import algorithms.meta.benchmark as meta
+    import benchmarks.binpack.instances
+    import benchmarks.binpack.lockstep
+    import benchmarks.binpack.online
+    import rsi.workers._merge
+    import rsi.workers._mutations
+    import rsi.workers._probe
+    import rsi.workers._pyedit
+    import rsi.workers.mutator
+    from algorithms.meta.binpack import RECORDED_CALLS, SEED_PROGRAM
+
+    held = [
+        Path(inspect.getfile(meta)).parent,
+        *(Path(d).resolve() for d in meta.BinpackSearchBenchmark.code_dependencies),
+    ]
+    modules = (rsi.workers.mutator, rsi.workers._mutations, rsi.workers._probe, rsi.workers._pyedit, rsi.workers._merge,
+               benchmarks.binpack.instances, benchmarks.binpack.lockstep, benchmarks.binpack.online)  # fmt: skip
+    used = [Path(inspect.getfile(m)).resolve() for m in modules] + [SEED_PROGRAM, *RECORDED_CALLS.values()]
+    used.append(REPO / "rsi" / "workers" / "probe_harness.py")  # run as a script in the jail, never imported
+    missing = [str(p) for p in used if not any(p == h or h in p.parents for h in held)]
+    assert not missing
+
+
 def rsi_imports(module: str) -> set[str]:
     """The ``rsi`` modules that ``module``'s source imports anywhere (function bodies included)."""
     import importlib.util

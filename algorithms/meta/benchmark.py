@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, cast
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from algorithms.meta.inner import Domain, domain_named
 from algorithms.meta.jailed import HARNESS, support_files
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
 #: overlap, and resizing the hold-out never changes which instances the oracle or validation use.
 BASES = {"train": 0, "dev": 100_000, "test": 200_000}
 MAX_INSTANCES = 50_000
+REPO = Path(__file__).resolve().parents[2]
 
 
 class MetaParams(BenchmarkParams):
@@ -174,6 +175,25 @@ class BinpackParams(MetaParams):
         le=64,
         description="draw a mutation again (up to this many times) when it packs the train lists as its parent does",
     )
+    expansion: Literal["plain", "recorded"] = Field(
+        "plain",
+        description="how the mutator checks its edits before a node packs: 'plain' compares results on "
+        "synthetic inputs; 'recorded' ranks the bins of calls recorded on the family (probe: order), as the "
+        "DarwinX bin-packing configs run it, so far fewer children pack exactly as their parent",
+    )
+    data_thresholds: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="with expansion 'recorded': share of new conditions thresholded between two neighbouring "
+        "values of the recorded calls",
+    )
+
+    @model_validator(mode="after")
+    def _data_thresholds_need_recorded_calls(self):
+        if self.data_thresholds > 0 and self.expansion != "recorded":
+            raise ValueError("data_thresholds draws from recorded calls: set expansion: recorded, or data_thresholds 0")
+        return self
 
 
 class BinpackSearchBenchmark(MetaBenchmark):
@@ -187,6 +207,16 @@ class BinpackSearchBenchmark(MetaBenchmark):
 
     name = "meta_binpack"
     Params = BinpackParams
+    #: An inner search runs the mutator from best fit and packs with the bin-packing suite's
+    #: instances and skeleton: an edit to any of them changes a reward, so the cache key holds them.
+    code_dependencies = (
+        *(
+            REPO / "rsi" / "workers" / f
+            for f in ("mutator.py", "_mutations.py", "_probe.py", "_pyedit.py", "_merge.py", "probe_harness.py")
+        ),
+        REPO / "benchmarks" / "binpack",
+        REPO / "targets" / "binpack_bestfit",
+    )
     params: BinpackParams
     source = "binpack-or"
     target = "binpack-weibull"
@@ -194,7 +224,10 @@ class BinpackSearchBenchmark(MetaBenchmark):
     def domain(self, name: str, limits: Limits | None = None) -> Domain:
         p = self.params
         items = p.items if name == self.source else p.target_items
+        from algorithms.meta.binpack import RecordedCallMutation  # loaded with the domain, on use
+
         base = cast("BinpackDomain", domain_named(name))  # both families of this suite are bin packing
+        mutate = base.mutate if p.expansion == "plain" else RecordedCallMutation(base.family, p.data_thresholds)
         return dataclasses.replace(
-            base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws, limits=limits
+            base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws, mutate=mutate, limits=limits
         )
