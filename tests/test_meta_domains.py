@@ -8,7 +8,8 @@ import sys
 
 import pytest
 
-from algorithms.meta.binpack import BinpackDomain, offline_mutation
+from algorithms.meta.benchmark import BinpackSearchBenchmark
+from algorithms.meta.binpack import BinpackDomain, RecordedCallMutation, offline_mutation
 from algorithms.meta.harbor import DockerRunner, HarborProblem, LocalRunner, docker_client, load_task
 from algorithms.meta.inner import c_sweep, run_inner, tree_search
 from algorithms.meta.landscape import SOURCE, TARGET
@@ -100,6 +101,44 @@ def test_binpack_expansion_draws_again_while_the_child_packs_as_its_parent():
     assert redrawn.payload != neutral and 2 <= n <= 9
     assert redrawn.value != root.value or n == 9
     assert expand(8) == (redrawn, n)  # the node's RNG decides every draw: deterministic
+
+
+def test_recorded_call_expansion_leaves_fewer_children_that_pack_as_their_parent():
+    """The mutator run as the DarwinX bin-packing configs run it (its probe ranks the bins of
+    calls recorded on the family) redraws inside the mutator what the synthetic probe lets
+    through: on the same expansions of best fit, fewer children pack exactly as the root does.
+    Each child still packs in the jail, and the node's RNG still decides everything."""
+
+    def children(mutate):
+        problem = dataclasses.replace(SMALL_OR, mutate=mutate).problem(1)
+        root = problem.root()
+
+        class Parent:
+            payload = root.payload
+
+        return root, [problem.expand(Parent, random.Random(mix(1, k))) for k in range(12)]
+
+    root, plain = children(offline_mutation)
+    _, recorded = children(RecordedCallMutation("or"))
+
+    def same(kids):
+        return sum(k.value == root.value for k in kids)
+
+    assert same(recorded) < same(plain)  # measured 3 against 8 of 12
+    assert all(k.payload != root.payload and "def priority" in k.payload for k in recorded)
+    assert children(RecordedCallMutation("or"))[1] == recorded
+
+
+def test_meta_binpack_params_choose_the_expansion():
+    def domain(**params):
+        suite = BinpackSearchBenchmark(BinpackSearchBenchmark.Params(name="meta_binpack", **params))
+        return suite.domain(suite.target)
+
+    assert domain().mutate is offline_mutation
+    recorded = domain(expansion="recorded", data_thresholds=0.5).mutate
+    assert recorded == RecordedCallMutation("weibull", 0.5)
+    with pytest.raises(ValueError, match="data_thresholds draws from recorded calls"):
+        BinpackSearchBenchmark.Params(name="meta_binpack", data_thresholds=0.5)
 
 
 TEST_SH = """#!/bin/bash
