@@ -146,16 +146,27 @@ def _code_digest(cls: type) -> str:
     return _tree_digest(Path(inspect.getfile(cls)).resolve().parent)
 
 
-@functools.cache
 def _tree_digest(root: Path) -> str:
-    """Digest of a file, or of every file under a folder with its relative path. Computed once
-    per process; ``__pycache__`` is not content."""
+    """Digest of a file, or of every file under a folder with its relative path; ``__pycache__``
+    is not content. The bytes are hashed again only when a file's size or modification time
+    changed, so a long-lived process (a notebook) that edits a dependency gets a new key."""
     if root.is_file():
-        return hashlib.sha256(root.read_bytes()).hexdigest()
-    if not root.is_dir():
+        files = [root]
+    elif root.is_dir():
+        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    else:
         raise ConfigError(f"{root}: a file the rollout cache key depends on is missing")
+    stamps = tuple((str(p), (st := p.stat()).st_size, st.st_mtime_ns) for p in files)
+    return _hash_files(root, stamps)
+
+
+@functools.lru_cache(maxsize=256)
+def _hash_files(root: Path, stamps: tuple[tuple[str, int, int], ...]) -> str:
+    if len(stamps) == 1 and stamps[0][0] == str(root):
+        return hashlib.sha256(root.read_bytes()).hexdigest()
     h = hashlib.sha256()
-    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+    for name, _, _ in stamps:
+        path = Path(name)
         h.update(f"{path.relative_to(root).as_posix()}\0".encode())
         h.update(hashlib.sha256(path.read_bytes()).digest())
     return h.hexdigest()

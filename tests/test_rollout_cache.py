@@ -119,7 +119,8 @@ def test_fingerprint_covers_benchmark_code_and_harness(tmp_path):
 
 def test_code_dependencies_outside_the_package_enter_the_fingerprint(tmp_path):
     """A file the suite names in ``code_dependencies`` is part of the key: the same suite with
-    one byte of that file changed gets another fingerprint."""
+    one byte of that file changed gets another fingerprint, also when the file is edited in place
+    by a process that already computed the key."""
     from algorithms.meta.benchmark import BinpackSearchBenchmark
 
     seeds = []
@@ -137,6 +138,10 @@ def test_code_dependencies_outside_the_package_enter_the_fingerprint(tmp_path):
     assert fingerprint(seeds[0]) == fingerprint(REPO / "targets" / "binpack_bestfit"), "a copy hashes as its original"
     assert fingerprint(seeds[1]) != fingerprint(seeds[0])
     assert fingerprint(seeds[1] / "heuristic.py") != fingerprint(seeds[0] / "heuristic.py"), "a single file too"
+    before = fingerprint(seeds[0])
+    with open(seeds[0] / "probe.json", "a") as f:  # an edit in place, in the same process
+        f.write(" ")
+    assert fingerprint(seeds[0]) != before
 
 
 def test_meta_binpack_fingerprint_holds_what_an_inner_search_runs():
