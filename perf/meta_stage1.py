@@ -10,7 +10,8 @@ mean meta-reward (auc of the held-out best-so-far curve), every pair of rules' p
 (300000 unless told), apart from every split a run uses; a confirmation of an earlier reading
 takes a fresh ``--first`` so that it does not reuse the pairs the reading came from. Every
 mutated program packs in the rollout jail, as the domain does in a rollout (one jail start per
-node).
+node). ``--expansion recorded`` runs the mutator with the probe of calls recorded on the family
+(the suite's ``expansion: recorded``); records of a study stay apart by expansion.
 
 A study of hundreds of pairs takes hours on a laptop, so every search's reward is appended to
 ``--out`` (JSON lines) as it finishes and a progress line goes to stderr every ``--every``
@@ -35,22 +36,21 @@ from pathlib import Path
 
 import numpy as np
 
-from algorithms.meta.binpack import OR, WEIBULL, RecordedCallMutation, offline_mutation
+from algorithms.meta.binpack import OR, WEIBULL, expansion
 from algorithms.meta.inner import run_inner
 from algorithms.meta.rewards import auc
 from algorithms.meta.tree import FlatPuct
 
 
 def one(job: tuple) -> tuple[float, float]:
-    family, items, lists, redraws, c, instance, budget, expansion, data_thresholds = job
-    mutate = offline_mutation if expansion == "plain" else RecordedCallMutation(family, data_thresholds)
+    family, items, lists, redraws, c, instance, budget, kind, data_thresholds = job
     domain = dataclasses.replace(
         OR if family == "or" else WEIBULL,
         items=items,
         n_train=lists,
         n_held_out=lists,
         redraws=redraws,
-        mutate=mutate,
+        mutate=expansion(kind, family, data_thresholds),
     )
     start = time.perf_counter()
     reward = auc(run_inner(FlatPuct(c), domain, instance, 0, budget))

@@ -224,10 +224,15 @@ class BinpackSearchBenchmark(MetaBenchmark):
     def domain(self, name: str, limits: Limits | None = None) -> Domain:
         p = self.params
         items = p.items if name == self.source else p.target_items
-        from algorithms.meta.binpack import RecordedCallMutation  # loaded with the domain, on use
+        from algorithms.meta.binpack import expansion  # loaded with the domain, on use
 
         base = cast("BinpackDomain", domain_named(name))  # both families of this suite are bin packing
-        mutate = base.mutate if p.expansion == "plain" else RecordedCallMutation(base.family, p.data_thresholds)
         return dataclasses.replace(
-            base, items=items, n_train=p.lists, n_held_out=p.lists, redraws=p.redraws, mutate=mutate, limits=limits
+            base,
+            items=items,
+            n_train=p.lists,
+            n_held_out=p.lists,
+            redraws=p.redraws,
+            mutate=expansion(p.expansion, base.family, p.data_thresholds),
+            limits=limits,
         )

@@ -88,6 +88,16 @@ class RecordedCallMutation:
         )
 
 
+def expansion(kind: str, family: str, data_thresholds: float = 0.0) -> Mutate:
+    """The expansion a ``meta_binpack`` suite names: ``plain`` (``offline_mutation``) or
+    ``recorded`` (``RecordedCallMutation`` for ``family``)."""
+    if kind == "plain":
+        return offline_mutation
+    if kind == "recorded":
+        return RecordedCallMutation(family, data_thresholds)
+    raise ValueError(f"unknown expansion {kind!r}: 'plain' or 'recorded'")
+
+
 @lru_cache(maxsize=4)
 def _recorded_calls(family: str) -> str:
     return RECORDED_CALLS[family].read_text()
