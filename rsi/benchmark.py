@@ -162,9 +162,7 @@ def _tree_digest(root: Path) -> str:
 
 @functools.lru_cache(maxsize=256)
 def _hash_files(root: Path, stamps: tuple[tuple[str, int, int], ...]) -> str:
-    if len(stamps) == 1 and stamps[0][0] == str(root):
-        return hashlib.sha256(root.read_bytes()).hexdigest()
-    h = hashlib.sha256()
+    h = hashlib.sha256()  # a file's own name relative to itself is ".": one loop for both kinds
     for name, _, _ in stamps:
         path = Path(name)
         h.update(f"{path.relative_to(root).as_posix()}\0".encode())
