@@ -23,7 +23,7 @@ from __future__ import annotations
 import importlib
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -186,6 +186,23 @@ class HighestTrainMean:
         if not pool:
             raise ValueError("promotion needs at least one confirmed member")
         return _first_max(pool, key=lambda m: m.train_mean)
+
+
+def train_shortlist(members: Sequence[Member], k: int) -> list[Member]:
+    """The ``k`` confirmed members with the highest train means, best first (ties: the earlier)."""
+    pool = [m for m in members if m.confirmed]
+    order = sorted(range(len(pool)), key=lambda i: (-pool[i].train_mean, i))
+    return [pool[i] for i in order[:k]]
+
+
+def best_held_out(shortlist: Sequence[Member], held_out: Mapping[str, float]) -> Member:
+    """The shortlisted member with the highest held-out mean (``held_out``: member id -> mean);
+    ties go to the higher train mean, then to the earlier in ``shortlist``. A train mean is
+    measured on the instances every gate selected on, so it flatters the members that fitted them
+    most; a held-out mean does not."""
+    if not shortlist:
+        raise ValueError("promotion needs at least one confirmed member")
+    return _first_max(shortlist, key=lambda m: (held_out[m.member_id], m.train_mean))
 
 
 # ---- registry --------------------------------------------------------------------------------

@@ -28,6 +28,11 @@ run is, decision for decision, the first N steps of a longer one), with its test
 here in the jail instead of read from the run's own test report. Use it to read a shorter
 budget off one long run.
 
+With ``--promote-on-dev K``: the member DarwinX's ``promote_on_dev: K`` would have promoted at
+the end of the run (the K highest train means, each packed on ``--dev-instances`` generated dev
+instances in the jail, the best mean score there), so one run shows both final choices, paired.
+Its dev instances include the dev column's, so read such a row on the fresh column.
+
 ``--write-probe targets/binpack_bestfit/probe.json`` writes the example inputs the quickstart's
 mutator probes edits with (``probe_cases``); with ``--probe-family or``, those of the OR config
 (``probe_or.json``).
@@ -42,7 +47,7 @@ from pathlib import Path
 
 import numpy as np
 
-from algorithms.slots import HighestTrainMean, Member
+from algorithms.slots import HighestTrainMean, Member, best_held_out, train_shortlist
 from benchmarks.binpack.instances import TEST_SETS, generated, load_test_set, or_library_sizes, sample_items
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import best_fit, count_bins, first_fit, l1_bound, open_bins, pack, place
@@ -144,34 +149,78 @@ def run_figures(run_dir: Path) -> dict:
     return row
 
 
-def promoted_by(decisions: list[dict], step: int) -> str:
-    """The snapshot DarwinX's promotion rule (``HighestTrainMean``) chooses after ``step`` steps,
-    among the seed and the members admitted by then."""
-    members = [
+def members_by(decisions: list[dict], step: int | None = None) -> list[Member]:
+    """The members DarwinX's promotion chooses among: the seed and the members admitted by
+    ``step`` (None: by the end), in the order the run admitted them."""
+    return [
         Member(d["snapshot_id"], d["train_mean"])
         for d in decisions
-        if d["step"] <= step and (d["kind"] == "seed" or (d["kind"] == "confirm" and d["accepted"]))
+        if (step is None or d["step"] <= step) and (d["kind"] == "seed" or (d["kind"] == "confirm" and d["accepted"]))
     ]
-    return HighestTrainMean().choose(members).member_id
 
 
-def run_row(run_dir: Path, columns: dict[str, list[Task]] | None = None, at_step: int | None = None) -> dict:
+def promoted_by(decisions: list[dict], step: int) -> str:
+    """The snapshot DarwinX's promotion rule (``HighestTrainMean``) chooses after ``step`` steps."""
+    return HighestTrainMean().choose(members_by(decisions, step)).member_id
+
+
+def jailed_mean_score(tasks: list[Task], checkout: Path) -> float:
+    """The heuristic's mean train-style score on ``tasks`` (L1 bound / bins per instance, the
+    benchmark's primary score), packed in the jail."""
+    scores = []
+    for t in tasks:
+        items, capacity = t.input["items"], t.input["capacity"]
+        assignment = jailed_assignment(checkout, items, capacity)
+        if assignment is None:
+            raise RuntimeError(f"{t.task_id}: the heuristic failed in the jail")
+        scores.append(l1_bound(items, capacity) / count_bins(items, capacity, assignment))
+    return float(np.mean(scores))
+
+
+def promoted_on_dev(run_dir: Path, decisions: list[dict], k: int, dev: list[Task]) -> tuple[str, list[dict]]:
+    """The member ``promote_on_dev: k`` would promote at the end of this run, read off its
+    records: the ``k`` highest train means (``train_shortlist``), each packed on ``dev`` in the
+    jail, the best there (``best_held_out``); with the shortlist's figures, best train mean first."""
+    records = RunRecords.open(str(run_dir))
+    shortlist = train_shortlist(members_by(decisions), k)
+    means = {}
+    with tempfile.TemporaryDirectory(prefix="rsi-quality-") as tmp:
+        for i, m in enumerate(shortlist):
+            checkout = records.get_snapshot(m.member_id).materialize(Path(tmp) / f"checkout-{i}")
+            means[m.member_id] = jailed_mean_score(dev, checkout)
+    figures = [
+        {"snapshot_id": m.member_id, "train_mean": m.train_mean, "dev_mean": means[m.member_id]} for m in shortlist
+    ]
+    return best_held_out(shortlist, means).member_id, figures
+
+
+def run_row(
+    run_dir: Path,
+    columns: dict[str, list[Task]] | None = None,
+    at_step: int | None = None,
+    on_dev: tuple[int, list[Task]] | None = None,
+) -> dict:
     """``run_figures`` plus the promoted heuristic's excess on each of the ``generated_columns``
     (default: the Weibull dev split), under ``generated``; with ``at_step``, those of the member
-    promoted after that step (``promoted_by``), its test figures measured here."""
+    promoted after that step (``promoted_by``), with ``on_dev`` (k, dev tasks), those of the
+    member ``promote_on_dev`` would promote (``promoted_on_dev``); either way its test figures
+    are measured here."""
     records = RunRecords.open(str(run_dir))
     row = run_figures(run_dir)
     if at_step is not None:
         row["run"], row["snapshot_id"] = f"{row['run']} at step {at_step}", promoted_by(row["decisions"], at_step)
         row.update(decision_counts([d for d in row["decisions"] if (d.get("step") or 0) <= at_step]))
         row.pop("wall_s", None)  # the wall time is the whole run's
+    if on_dev is not None:
+        row["snapshot_id"], row["shortlist"] = promoted_on_dev(run_dir, row["decisions"], *on_dev)
+        row["run"] = f"{row['run']}, promoted on dev ({row['snapshot_id'][:8]})"
     snapshot = records.get_snapshot(row["snapshot_id"])
     source = snapshot.text("heuristic.py")
     with tempfile.TemporaryDirectory(prefix="rsi-quality-") as tmp:
         checkout = snapshot.materialize(Path(tmp) / "checkout")
         columns = generated_columns() if columns is None else columns
         row["generated"] = {name: jailed_excess(tasks, checkout) for name, tasks in columns.items()}
-        if at_step is not None:
+        if at_step is not None or on_dev is not None:
             row["test"] = {name: jailed_excess(load_test_set(name), checkout) for name in TEST_SETS}
     row["heuristic"] = source.split("# rsi: evolve\n", 1)[-1].strip().splitlines()[-1].strip()
     return row
@@ -204,6 +253,15 @@ def main() -> None:
         "--family", choices=["weibull", "or"], default="weibull", help="the dev and fresh instances' family"
     )
     parser.add_argument("--at-step", type=int, help="the member a run stopped after this many steps would promote")
+    parser.add_argument(
+        "--promote-on-dev",
+        type=int,
+        metavar="K",
+        help="the member DarwinX's promote_on_dev: K would promote (the K highest train means, chosen on dev)",
+    )
+    parser.add_argument(
+        "--dev-instances", type=int, default=20, help="dev instances --promote-on-dev chooses on (drawn as train is)"
+    )
     parser.add_argument("--write-probe", type=Path, help="write the mutator's probe inputs (JSON) there and stop")
     parser.add_argument("--probe-family", choices=["weibull", "or"], default="weibull")
     args = parser.parse_args()
@@ -218,8 +276,12 @@ def main() -> None:
     )
     print("| --- " * (len(cols) + len(columns) + 7) + "|")
     rows = []
+    on_dev = None
+    if args.promote_on_dev:
+        sizes = or_library_sizes() if args.family == "or" else None  # as the configs' train mixes them
+        on_dev = (args.promote_on_dev, generated(args.family, "dev", args.dev_instances, sizes))
     for run_dir in args.runs:
-        r = run_row(run_dir, columns, args.at_step)
+        r = run_row(run_dir, columns, args.at_step, on_dev)
         rows.append(r)
         gen = " | ".join(f"{r['generated'][c]:.2f}" for c in columns)
         test = " | ".join(f"{r['test'].get(c, float('nan')):.2f}" for c in cols)
@@ -231,6 +293,8 @@ def main() -> None:
         )
     for r in rows:
         print(f"{r['run']}: {r['heuristic']}")
+        for m in r.get("shortlist", []):
+            print(f"    {m['snapshot_id']}  train mean {m['train_mean']:.5f}  dev mean {m['dev_mean']:.5f}")
     if args.references:
         for name, figures in references(columns):
             gen = " | ".join(f"{figures[c]:.2f}" for c in columns)

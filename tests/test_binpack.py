@@ -270,7 +270,9 @@ def test_train_items_lengthen_or_mix_the_instance_sizes():
     for short, long in zip(base.split("train"), longer.split("train"), strict=True):
         assert len(long.input["items"]) == 1000 and long.input["items"][:120] == short.input["items"]
         assert long.meta["l1"] == math.ceil(sum(long.input["items"]) / 150)
-    assert longer.split("dev") == base.split("dev")
+    dev, longer_dev = base.split("dev"), longer.split("dev")  # dev is drawn as train is, from its own seeds
+    assert [len(t.input["items"]) for t in longer_dev] == [1000] * len(dev)
+    assert [t.input["items"][:250] for t in longer_dev] == [t.input["items"] for t in dev]
     mixed = bench(train="or", train_items=[120, 1000], train_instances=4).split("train")
     assert [len(t.input["items"]) for t in mixed] == [120, 1000, 120, 1000]
     assert mixed[0] == base.split("train")[0] and mixed[1] == longer.split("train")[1]
@@ -279,6 +281,22 @@ def test_train_items_lengthen_or_mix_the_instance_sizes():
             bench(train="or", train_items=bad)
     with pytest.raises(ValueError, match=r"train_items\.1\n.*greater than or equal to 10"):
         bench(train="or", train_items=[120, 5])  # the error names the bad size, not the union
+
+
+def test_dev_instances_extend_dev_in_train_s_sizes_and_stay_apart_from_train_and_fresh():
+    """The split DarwinX's promote_on_dev chooses on: more dev instances extend the protocol's
+    dev, cycle over train's sizes as train does, and share no instance with train or fresh."""
+    assert bench(train="weibull", dev_instances=20).split("dev")[:5] == bench(train="weibull").split("dev")
+    sizes = [120, 250, 500, 1000]
+    b = bench(train="or", train_items=sizes, dev_instances=8)
+    dev = b.split("dev")
+    assert [len(t.input["items"]) for t in dev] == sizes * 2
+    assert all(t.task_id.startswith("dev-or/") for t in dev)
+    held = {tuple(t.input["items"]) for t in dev}
+    assert len(held) == 8 and held.isdisjoint(tuple(t.input["items"]) for t in b.split("train"))
+    assert held.isdisjoint(tuple(t.input["items"]) for t in generated("or", "fresh", items=sizes))
+    with pytest.raises(ValueError, match="dev_instances"):
+        bench(train="weibull", dev_instances=1000 + 1)  # instance i draws from dev seed + i: 1000 on is fresh's
 
 
 def test_test_split_params_and_limit():

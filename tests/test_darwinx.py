@@ -7,6 +7,7 @@ import os
 from collections import Counter
 from pathlib import Path
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -338,6 +339,9 @@ def test_parallel_run_stopped_after_a_round_resumes_to_identical_decisions(tmp_p
     (["--algorithm.screen_size", "9"], "larger than the train split"),
     (["--algorithm.exploration_probability", "2"], "exploration_probability"),
     (["--algorithm.merge_every", "-1"], "merge_every"),
+    (["--algorithm.promote_on_dev", "2"], "has no dev tasks to choose the promoted member on"),
+    (["--algorithm.promote_on_dev", "2", "--algorithm.policies", "{promotion: {rule: highest_train_mean}}"],
+     "replaces the promotion slot"),
     (["--algorithm.worker", "{type: llm, llm: {provider: openai, model: m, base_url: 'http://127.0.0.1:9'}}"],
      "text-only worker"),
 ])
@@ -392,6 +396,52 @@ def test_quickstart_runs_end_to_end_at_a_reduced_size(tmp_path, ray_session):
         assert r.records.get_snapshot(d["parent_id"]).changed_paths(child) == ["heuristic.py"]
     report = {row["dataset"]: row for row in summary["test_report"]}
     assert set(report) == {"OR1"} and report["OR1"]["best_fit_pct"] is not None
+
+
+@pytest.mark.slow
+def test_bin_packing_promoted_on_dev_in_the_run_as_the_quality_report_reads_it_off_the_records(tmp_path, ray_session):
+    """Bin packing with promote_on_dev: two islands each admit a residual band rule from best fit,
+    a gap of 45 (the higher train mean) and of 50 (the higher dev mean, packed in-process when
+    the test was written); the run packs the shortlist on dev in the jail and promotes the gap of
+    50. perf/search_quality.py, which reads the same choice off a finished run's records for the
+    results tables, names the same member with the same dev means."""
+    import importlib.util
+
+    from benchmarks.binpack.instances import generated
+
+    spec = importlib.util.spec_from_file_location("perf_search_quality", REPO / "perf" / "search_quality.py")
+    quality = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(quality)
+    seed_source = (REPO / "targets" / "binpack_bestfit" / "heuristic.py").read_text()
+    assert seed_source.rstrip().endswith("return -(bins - item)")
+    bands = [seed_source.rstrip().removesuffix("return -(bins - item)")
+             + f"r = bins - item\n    return np.where(r < 2, 1e3 - r, -np.abs(r - {gap}))\n" for gap in (45, 50)]
+    (tmp_path / "script.yaml").write_text(yaml.safe_dump(
+        {"edits": [{"files": {"heuristic.py": band}, "reply": "a band"} for band in bands], "ask_reply": "ok"}))
+    (tmp_path / "bands.yaml").write_text(yaml.safe_dump({
+        "name": "bands", "seed": 1, "storage": str(tmp_path / "runs"),
+        "target": {"path": str(REPO / "targets" / "binpack_bestfit"), "kind": "program", "deterministic": True},
+        "benchmark": {"name": "binpack", "train": "weibull", "train_items": 1000, "train_instances": 3,
+                      "dev_instances": 4, "test": ["OR1"], "limit": 4},
+        "algorithm": {"name": "darwinx", "worker": {"type": "scripted", "script": "script.yaml"},
+                      "max_steps": 2, "islands": 2, "merge_every": 0, "screen_size": 3, "confirm_samples": 1,
+                      "regression_tolerance": 1.0, "promote_on_dev": 3}}))
+    r = start_run(str(tmp_path / "bands.yaml"), run_dir=str(tmp_path / "run"))
+    summary = r.execute()
+    decisions = r.records.decisions()
+    admitted = [d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]]
+    promote, = of(decisions, "promote")
+    assert len(admitted) == 2 and len(promote["shortlist"]) == 3, "both bands and the seed are on the shortlist"
+    assert promote["reason_code"] == "highest_dev_mean" and summary["snapshot_id"] == promote["snapshot_id"]
+    gap45, gap50 = admitted
+    assert [m["snapshot_id"] for m in promote["shortlist"]] == [gap45, gap50, decisions[0]["snapshot_id"]]
+    assert promote["snapshot_id"] == gap50, "the higher dev mean, not the higher train mean"
+    assert promote["dev_mean"] == max(m["dev_mean"] for m in promote["shortlist"])
+    dev = generated("weibull", "dev", 4, 1000)
+    chosen, shortlist = quality.promoted_on_dev(tmp_path / "run", decisions, 3, dev)
+    assert chosen == promote["snapshot_id"]
+    assert [(m["snapshot_id"], m["dev_mean"]) for m in shortlist] == [
+        (m["snapshot_id"], pytest.approx(m["dev_mean"], abs=1e-12)) for m in promote["shortlist"]]
 
 
 def test_an_edit_leaving_a_symlink_out_of_the_checkout_is_a_decline(tmp_path, ray_session):
@@ -523,6 +573,38 @@ def test_islands_side_by_side_each_edit_their_own_lineage_and_promotion_sees_bot
     decisions_off, _, _ = run(scenario(tmp_path / "off", table, edits, params))
     off = {d["step"]: d["snapshot_id"] for d in of(decisions_off, "confirm") if d["accepted"]}
     assert [d["parent_id"] for d in of(decisions_off, "screen")][1:] == [off[1], off[1], off[3]]
+
+
+def test_promotion_on_dev_chooses_among_the_best_train_means_on_instances_no_gate_saw(tmp_path, ray_session):
+    """Two islands admit v1 (train 0.9) and v2 (train 0.8), both children of the seed. v1 fits the
+    train tasks and loses on dev; v2 holds up there. With promote_on_dev 2 the two best train
+    means are measured on dev, and v2 is promoted; with 1, only v1 is on the shortlist. The seed,
+    third by train mean, is never measured on dev, and dev never reaches a gate."""
+    splits = {"train": ["t1", "t2", "t3"], "dev": ["d1", "d2"], "test": ["x1"]}
+    table = {"splits": splits, "scores": {
+        "v0": {"t1": 0.5, "t2": 0.5, "t3": 0.5, "d1": 0.9, "d2": 0.9, "x1": 0.5},
+        "v1": {"t1": 0.9, "t2": 0.9, "t3": 0.9, "d1": 0.2, "d2": 0.3, "x1": 0.2},
+        "v2": {"t1": 0.8, "t2": 0.8, "t3": 0.8, "d1": 0.7, "d2": 0.6, "x1": 0.7}}}
+    edits = [version("v1"), version("v2")]
+    params = {"max_steps": 2, "merge_every": 0, "islands": 2, "confirm_samples": 1}
+    decisions, summary, records = run(scenario(tmp_path / "k2", table, edits, {**params, "promote_on_dev": 2}))
+    v1, v2 = (d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"])
+    promote, = of(decisions, "promote")
+    assert summary["snapshot_id"] == promote["snapshot_id"] == v2
+    assert promote["reason_code"] == "highest_dev_mean" and promote["dev_mean"] == pytest.approx(0.65)
+    assert [(m["snapshot_id"], m["train_mean"], m["dev_mean"]) for m in promote["shortlist"]] == [
+        (v1, pytest.approx(0.9), pytest.approx(0.25)), (v2, pytest.approx(0.8), pytest.approx(0.65))]
+    dev = records.rollouts().filter(pc.equal(records.rollouts()["split"], "dev"))
+    assert sorted(set(dev["snapshot_id"].to_pylist())) == sorted([v1, v2]), "the seed is not on the shortlist"
+    assert all("d1" not in d.get("means", {}) for d in decisions if d["kind"] in ("screen", "confirm"))
+
+    decisions, summary, _ = run(scenario(tmp_path / "k1", table, edits, {**params, "promote_on_dev": 1}))
+    promote, = of(decisions, "promote")
+    assert summary["snapshot_id"] == promote["snapshot_id"] == v1
+    assert [m["snapshot_id"] for m in promote["shortlist"]] == [v1]
+
+    decisions, summary, _ = run(scenario(tmp_path / "off", table, edits, params))
+    assert of(decisions, "promote")[0]["reason_code"] == "highest_train_mean" and summary["snapshot_id"] == v1
 
 
 def test_a_saved_run_from_before_lanes_resumes_in_its_island():

@@ -27,7 +27,14 @@ from algorithms.darwinx.candidate import Candidate, common_ancestor
 from algorithms.darwinx.gate_stats import gate_figures, paired_uncertainty, screen_passes, screen_reason, solved_set
 from algorithms.darwinx.islands import Islands
 from algorithms.darwinx.params import DarwinXParams
-from algorithms.slots import TOLERANCE, ExploreOrBestLineage, build_rule, resolve_slot
+from algorithms.slots import (
+    TOLERANCE,
+    ExploreOrBestLineage,
+    best_held_out,
+    build_rule,
+    resolve_slot,
+    train_shortlist,
+)
 from rsi.algorithm import Algorithm
 from rsi.decisions import Decision
 from rsi.errors import ConfigError
@@ -66,6 +73,10 @@ class DarwinX(Algorithm):
         if params is not None and params.screen_size > n:
             raise ConfigError(
                 f"algorithm.screen_size ({params.screen_size}) is larger than the train split ({n} tasks)"
+            )
+        if params is not None and params.promote_on_dev and not benchmark.split("dev"):
+            raise ConfigError(
+                f"algorithm.promote_on_dev: benchmark {benchmark.name} has no dev tasks to choose the promoted member on"
             )
 
     def __init__(self, ctx, params: DarwinXParams):
@@ -250,6 +261,9 @@ class DarwinX(Algorithm):
 
     def finish(self) -> Snapshot:
         members = [c.member() for c in self.archive]
+        records = {"archive": [c.record() for c in self.archive], "declined_edits": self.declined}
+        if self.p.promote_on_dev:
+            return self._promote_on_dev(members, records)
         best_id = self.promotion.choose(members).member_id
         best = next(c for c in self.archive if c.snapshot_id == best_id)
         return self.promote(
@@ -257,8 +271,36 @@ class DarwinX(Algorithm):
             f"highest train mean {best.train_mean:.4f} among confirmed members",
             reason_code="highest_train_mean",
             train_mean=best.train_mean,
-            archive=[c.record() for c in self.archive],
-            declined_edits=self.declined,
+            **records,
+        )
+
+    def _promote_on_dev(self, members: list, records: dict) -> Snapshot:
+        """The final choice on instances no gate saw: every gate selected on train, so the highest
+        train mean also rewards fitting those instances. The shortlist is measured on dev at once
+        (a resumed run reads the stored rows back: same salt)."""
+        shortlist = train_shortlist(members, self.p.promote_on_dev)
+        by_id = {c.snapshot_id: c for c in self.archive}
+        tables = self.ctx.evaluator.evaluate_many(
+            [
+                Request(by_id[m.member_id].snapshot, "dev", trials=self.p.confirm_samples, salt="promote-dev")
+                for m in shortlist
+            ],
+            label="promotion on dev",
+        )
+        dev = {m.member_id: ScoreMatrix.from_table(t).mean() for m, t in zip(shortlist, tables)}
+        best = by_id[best_held_out(shortlist, dev).member_id]
+        return self.promote(
+            best.snapshot,
+            f"highest dev mean {dev[best.snapshot_id]:.4f} among the {len(shortlist)} confirmed members with the "
+            f"highest train means (its train mean {best.train_mean:.4f})",
+            reason_code="highest_dev_mean",
+            train_mean=best.train_mean,
+            dev_mean=dev[best.snapshot_id],
+            shortlist=[
+                {"snapshot_id": m.member_id, "train_mean": m.train_mean, "dev_mean": dev[m.member_id]}
+                for m in shortlist
+            ],
+            **records,
         )
 
     # ---- gates ---------------------------------------------------------------------------

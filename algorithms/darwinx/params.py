@@ -64,6 +64,14 @@ class DarwinXParams(AlgorithmParams):
         description="an edit that reproduces a version already measured (or proposed earlier in the round) "
         "is asked again, of the same parent, up to this many times before it is declined and uses its step",
     )
+    promote_on_dev: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="at the end, measure the confirmed members with the K highest train means on the dev split "
+        "and promote the best there (ties: the higher train mean), so the final choice is made on instances no "
+        "gate saw; 0: promote the highest train mean",
+    )
     seed: int = Field(42, description="RNG for parent choice and screen subsets (not model sampling)")
     max_evidence_chars: int = Field(24000, ge=500, description="per evidence block; newest kept")
     parallel_candidates: int = Field(
@@ -95,6 +103,14 @@ class DarwinXParams(AlgorithmParams):
         if self.confirm_samples < self.screen_samples:
             raise ValueError(
                 f"confirm_samples ({self.confirm_samples}) must be >= screen_samples ({self.screen_samples})"
+            )
+        return self
+
+    @model_validator(mode="after")
+    def _promote_on_dev(self):
+        if self.promote_on_dev and "promotion" in self.policies:
+            raise ValueError(
+                "promote_on_dev chooses the promoted member on dev; it replaces the promotion slot, so set one of them"
             )
         return self
 

@@ -45,6 +45,13 @@ class BinPackParams(BenchmarkParams):
         "(default: the paper's protocol, 5000 Weibull or 120 OR); at 120 items one bin is ~2 % of an "
         "instance and heuristics that differ on OR2-OR4 pack alike",
     )
+    dev_instances: int | None = Field(
+        None,
+        ge=1,
+        le=1000,
+        description="generated dev instances, drawn like train's (same family and sizes, their own seeds; default: "
+        "the paper's protocol, 5 Weibull or 20 OR); no gate sees them, so DarwinX's promote_on_dev can choose on them",
+    )
     test: list[TestSet] = Field(
         default_factory=lambda: list(TEST_SETS),
         description="published test sets of the paper's Table 1, in report order",
@@ -99,7 +106,7 @@ class BinPack(Benchmark):
             return [t for name in self.params.test for t in load_test_set(name)]
         if split == "train":
             return generated(self.params.train, split, self.params.train_instances, self.params.train_items)
-        return generated(self.params.train, split)
+        return generated(self.params.train, split, self.params.dev_instances, self.params.train_items)
 
     def dialogue(self, task: Task, trial: int, sample_seed: int):
         """Online: the jailed skeleton is shown one item at a time (see ``lockstep.py``)."""
