@@ -261,9 +261,9 @@ class DarwinX(Algorithm):
 
     def finish(self) -> Snapshot:
         members = [c.member() for c in self.archive]
-        records = {"archive": [c.record() for c in self.archive], "declined_edits": self.declined}
+        kept = {"archive": [c.record() for c in self.archive], "declined_edits": self.declined}
         if self.p.promote_on_dev:
-            return self._promote_on_dev(members, records)
+            return self._promote_on_dev(members, kept)
         best_id = self.promotion.choose(members).member_id
         best = next(c for c in self.archive if c.snapshot_id == best_id)
         return self.promote(
@@ -271,10 +271,10 @@ class DarwinX(Algorithm):
             f"highest train mean {best.train_mean:.4f} among confirmed members",
             reason_code="highest_train_mean",
             train_mean=best.train_mean,
-            **records,
+            **kept,
         )
 
-    def _promote_on_dev(self, members: list, records: dict) -> Snapshot:
+    def _promote_on_dev(self, members: list, kept: dict) -> Snapshot:
         """The final choice on instances no gate saw: every gate selected on train, so the highest
         train mean also rewards fitting those instances. The shortlist is measured on dev at once
         (a resumed run reads the stored rows back: same salt)."""
@@ -300,7 +300,7 @@ class DarwinX(Algorithm):
                 {"snapshot_id": m.member_id, "train_mean": m.train_mean, "dev_mean": dev[m.member_id]}
                 for m in shortlist
             ],
-            **records,
+            **kept,
         )
 
     # ---- gates ---------------------------------------------------------------------------
