@@ -81,18 +81,21 @@ def generated_columns(family: str = "weibull", fresh: bool = False) -> dict[str,
     return out
 
 
-def jailed_excess(tasks: list[Task], checkout: Path) -> float:
-    """Percent excess bins over L1 of the heuristic in ``checkout`` on ``tasks``, packed the way
-    a rollout packs (``jailed_assignment``: the promoted heuristic is candidate code; it never
-    runs in this process)."""
-    used = bound = 0
+def jailed_packings(tasks: list[Task], checkout: Path):
+    """``(L1 bound, bins used)`` per task of the heuristic in ``checkout``, packed the way a
+    rollout packs (``jailed_assignment``: a run's heuristic is candidate code; it never runs in
+    this process)."""
     for t in tasks:
         items, capacity = t.input["items"], t.input["capacity"]
         assignment = jailed_assignment(checkout, items, capacity)
         if assignment is None:
             raise RuntimeError(f"{t.task_id}: the heuristic failed in the jail")
-        used += count_bins(items, capacity, assignment)
-        bound += l1_bound(items, capacity)
+        yield l1_bound(items, capacity), count_bins(items, capacity, assignment)
+
+
+def jailed_excess(tasks: list[Task], checkout: Path) -> float:
+    """Percent excess bins over L1 of the heuristic in ``checkout`` on ``tasks``, ratio of sums."""
+    bound, used = (sum(column) for column in zip(*jailed_packings(tasks, checkout), strict=True))
     return 100.0 * (used - bound) / bound
 
 
@@ -167,14 +170,7 @@ def promoted_by(decisions: list[dict], step: int) -> str:
 def jailed_mean_score(tasks: list[Task], checkout: Path) -> float:
     """The heuristic's mean train-style score on ``tasks`` (L1 bound / bins per instance, the
     benchmark's primary score), packed in the jail."""
-    scores = []
-    for t in tasks:
-        items, capacity = t.input["items"], t.input["capacity"]
-        assignment = jailed_assignment(checkout, items, capacity)
-        if assignment is None:
-            raise RuntimeError(f"{t.task_id}: the heuristic failed in the jail")
-        scores.append(l1_bound(items, capacity) / count_bins(items, capacity, assignment))
-    return float(np.mean(scores))
+    return float(np.mean([bound / used for bound, used in jailed_packings(tasks, checkout)]))
 
 
 def promoted_on_dev(run_dir: Path, decisions: list[dict], k: int, dev: list[Task]) -> tuple[str, list[dict]]:
