@@ -74,14 +74,22 @@ def excess(source: str, instances: list[list[int]]) -> float:
     return 100.0 * (used - bound) / bound
 
 
-def edited(worker: MutatorWorker, checkout: Path, source: str, probe_file: Path | None) -> str:
-    """One mutator edit of ``source``, made in a fresh ``checkout`` (with the probe's inputs)."""
+def edited(
+    worker: MutatorWorker, checkout: Path, source: str, probe_file: Path | None, donor: str | None = None
+) -> str:
+    """One mutator edit of ``source``, made in a fresh ``checkout`` (with the probe's inputs);
+    with a ``donor`` heuristic beside it, a graft from that donor."""
     shutil.rmtree(checkout, ignore_errors=True)
     checkout.mkdir()
     (checkout / "heuristic.py").write_text(source)
     if probe_file is not None:
         shutil.copy(probe_file, checkout / "probe.json")
-    worker.edit(checkout, "improve the priority function")
+    references = None
+    if donor is not None:
+        (checkout / "donor").mkdir()
+        (checkout / "donor" / "heuristic.py").write_text(donor)
+        references = {"donor": "donor"}
+    worker.edit(checkout, "improve the priority function", references)
     return (checkout / "heuristic.py").read_text()
 
 

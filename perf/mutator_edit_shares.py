@@ -15,6 +15,9 @@ changes how gaps are left, not a nudge of best fit).
 ``--source`` edits another heuristic instead (say, a run's stalled best member, written out by
 ``rsi export RUN --snapshot ID DEST``), ``--items`` sets the instances' length and ``--max-ops``
 the mutator's; the last line then gives the change in bins of the distinct measured edits.
+``--donors`` makes every edit a graft (subtree crossover) from one of the given heuristics, drawn
+uniformly per edit: the edit DarwinX's ``graft_probability`` asks for, with another member of
+the run as the donor.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def shares(
     source: str = SEED,
     length: int = 1000,
     deltas: list[int] | None = None,
+    donors: list[str] | None = None,
 ) -> Counter:
     """Edit outcomes by kind on two instances of ``length`` items; ``deltas`` (if given) collects
     each measured edit's change in bins."""
@@ -67,12 +71,14 @@ def shares(
     base_bins = sum(np.unique(a).size for a in base)
     l1 = sum(l1_bound(items, CAPACITY) for items in train)
     worker = MutatorWorker(config, base_dir=Path("."), seed=seed)
+    pick = np.random.default_rng([seed, 1])
     seen: set[str] = set()
     out: Counter = Counter()
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(edits):
-            child = edited(worker, checkout, source, probe_file)
+            donor = donors[int(pick.integers(len(donors)))] if donors else None
+            child = edited(worker, checkout, source, probe_file, donor)
             if child in seen:
                 out["repeat"] += 1
                 continue
@@ -102,6 +108,7 @@ def main() -> None:
     parser.add_argument("--source", type=Path, help="the heuristic to edit (default: best fit)")
     parser.add_argument("--items", type=int, default=1000, help="items per instance (two instances)")
     parser.add_argument("--max-ops", type=int, default=3, help="operators per edit: 1..max-ops")
+    parser.add_argument("--donors", type=Path, nargs="+", help="heuristics to graft from (every edit is a graft)")
     parser.add_argument(
         "--data-thresholds", type=float, default=0.0, help="the mutator's data_thresholds (needs --probe-inputs)"
     )
@@ -115,10 +122,12 @@ def main() -> None:
     )
     source = args.source.read_text() if args.source else SEED
     deltas: list[int] = []
-    got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas)
+    donors = [path.read_text() for path in args.donors or []]
+    got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas, donors)
     measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
     print(
         f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, data thresholds {args.data_thresholds}, "
+        f"{f'grafts from {len(donors)} donors, ' if donors else ''}"
         f"seed {args.seed}: "
         + ", ".join(f"{k} {got[k]}" for k in ("repeat", "neutral", "better", "worse", "crash", "large"))
         + f"; better per distinct edit {100 * got['better'] / max(measured, 1):.1f}%"

@@ -607,6 +607,44 @@ def test_promotion_on_dev_chooses_among_the_best_train_means_on_instances_no_gat
     assert of(decisions, "promote")[0]["reason_code"] == "highest_train_mean" and summary["snapshot_id"] == v1
 
 
+def test_a_graft_donor_is_another_admitted_member_shown_to_the_worker_and_never_a_gate_reference(tmp_path, ray_session):
+    """With graft_probability 1 every mutation that has another admitted member (not the seed,
+    not its parent) gets one as its donor: step 3 edits v2, the best lineage, with v1 beside it.
+    The donor is named in the prompt and recorded as the child's donor, but the gates measure
+    the child against its parent alone. Steps 1 and 2 have no other member to draw, so their
+    prompts are exactly the plain mutation prompt."""
+    table = {"splits": SPLITS, "scores": {
+        "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.2},
+        "v1": {"t1": 0.6, "t2": 0.2, "t3": 0.2, "x1": 0.3},
+        "v2": {"t1": 0.6, "t2": 0.6, "t3": 0.2, "x1": 0.4},
+        "v3": {"t1": 0.9, "t2": 0.6, "t3": 0.2, "x1": 0.5}}}
+    edits = [version("v1"), version("v2"), version("v3")]
+    params = {"max_steps": 3, "merge_every": 0, "confirm_samples": 1, "exploration_probability": 0.0}
+    decisions, _, records = run(scenario(tmp_path / "graft", table, edits, {**params, "graft_probability": 1.0}))
+    screens = of(decisions, "screen")
+    v1, v2, v3 = (d["snapshot_id"] for d in screens)
+    assert [d["parent_id"] for d in screens[1:]] == [v1, v2]
+    assert [d["donor_id"] for d in screens] == [None, None, v1]
+    assert screens[2]["reference_means"] == screens[2]["parent_means"] == {"t1": 0.6, "t2": 0.6, "t3": 0.2}
+    assert [d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]] == [v1, v2, v3]
+    prompts = {p.name: p.read_text() for p in (records.local_path() / "prompts").iterdir() if "mutate" in p.name}
+    assert f"another admitted member, {v1} (train mean 0.3333)" in prompts["0003-mutate.md"]
+    assert ".rsi_refs/donor" in prompts["0003-mutate.md"]
+
+    plain, _, plain_records = run(scenario(tmp_path / "plain", table, edits, params))
+    assert [d["donor_id"] for d in of(plain, "screen")] == [None, None, None]
+    plain_prompts = {p.name: p.read_text() for p in (plain_records.local_path() / "prompts").iterdir()
+                     if "mutate" in p.name}
+
+    def untimed(prompt: str) -> list[str]:
+        return [line for line in prompt.splitlines() if "sized_at" not in line]  # traces carry clock times
+
+    for name in ("0001-mutate.md", "0002-mutate.md"):
+        assert "another admitted member" not in prompts[name]
+        assert untimed(prompts[name]) == untimed(plain_prompts[name])
+    assert "another admitted member" not in plain_prompts["0003-mutate.md"]
+
+
 def test_a_saved_run_from_before_lanes_resumes_in_its_island():
     """State saved when islands were one scalar each reads as one lane; its next restart is due
     exactly restart_after steps after its last rise."""

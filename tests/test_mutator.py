@@ -551,3 +551,81 @@ def test_data_thresholds_skip_rebound_arguments_and_reach_the_worker(tmp_path):
         return out
 
     assert edits(0.0) != edits(1.0)
+
+
+# ---- grafts: subtree crossover from a donor member -----------------------------------------------
+BAND_DONOR = (
+    f"import numpy as np\n\n\n{MARKER}\ndef priority(item: float, bins: np.ndarray) -> np.ndarray:\n"
+    "    gap = bins - item\n"
+    "    return np.where((bins - item > 0) & (bins - item < 29.5), -item * 0.25, -(bins - item)) + gap * 0.0\n"
+)
+BAND_PARENT = (
+    f"import numpy as np\n\n\n{MARKER}\ndef priority(item: float, bins: np.ndarray) -> np.ndarray:\n"
+    "    return np.where(bins - item < 2, 100 - bins, -(bins - item))\n"
+)
+
+
+def _one_replaced(parent: str, donor: str) -> tuple[set[str], set[str]]:
+    """Every text of the parent's function with one expression replaced by one of the donor's
+    compound expressions: (kind kept: a condition for a condition, a value for a value; kind
+    mixed). Built here by brute force, independently of the mutator's own site search."""
+    from rsi.workers._mutations import _is_condition
+
+    pieces = [n for n in ast.walk(_function(donor)) if isinstance(n, ast.expr)
+              and not isinstance(n, (ast.Name, ast.Constant)) and not isinstance(getattr(n, "ctx", None), ast.Store)]
+    same, mixed = set(), set()
+    count = sum(1 for n in ast.walk(_function(parent)) if isinstance(n, ast.expr))
+    for k in range(count):
+        for piece in pieces:
+            fn = _function(parent)
+            node = [n for n in ast.walk(fn) if isinstance(n, ast.expr)][k]
+            kind_kept = _is_condition(node) == _is_condition(piece)
+            for holder in ast.walk(fn):
+                for field, value in ast.iter_fields(holder):
+                    if value is node:
+                        setattr(holder, field, piece)
+                    elif isinstance(value, list) and any(v is node for v in value):
+                        value[[id(v) for v in value].index(id(node))] = piece
+            (same if kind_kept else mixed).add(ast.unparse(fn))
+    return same, mixed - same
+
+
+def test_a_graft_copies_one_donor_expression_into_a_place_of_its_kind(tmp_path):
+    """Every graft is the parent with one expression replaced by one of the donor's: a condition
+    only where a condition was, a value where a value was, never one that needs a name the parent
+    does not have (the donor's local ``gap``); the donor's folder is left as it was."""
+    same_kind, other_kind = _one_replaced(BAND_PARENT, BAND_DONOR)
+    replies, children = set(), set()
+    for seed in range(30):
+        root = checkout_with(tmp_path, {"heuristic.py": BAND_PARENT, ".refs/donor/heuristic.py": BAND_DONOR},
+                             name=f"g{seed}")
+        reply = make(seed=seed).edit(root, "improve", references={"donor": ".refs/donor"})
+        replies.add(reply.split(" [")[0])
+        child = (root / "heuristic.py").read_text()
+        assert (root / ".refs/donor/heuristic.py").read_text() == BAND_DONOR
+        assert child != BAND_PARENT and "gap" not in child
+        text = ast.unparse(_function(child))
+        assert text in same_kind and text not in other_kind
+        children.add(text)
+    assert replies == {"mutate: graft in heuristic.py:priority"}
+    assert len(children) >= 10, "different seeds graft different pieces into different places"
+
+
+def test_a_donor_without_the_marked_function_changes_nothing_and_says_why(tmp_path):
+    root = checkout_with(tmp_path, {"heuristic.py": BAND_PARENT, ".refs/donor/other.py": "x = 1\n"})
+    reply = make().edit(root, "improve", references={"donor": ".refs/donor"})
+    assert "donor has none of the marked functions" in reply
+    assert (root / "heuristic.py").read_text() == BAND_PARENT
+
+
+def test_grafts_do_not_change_the_draws_of_plain_mutations(tmp_path):
+    """Runs without a donor make exactly the edits they made before grafts existed: the graft
+    path draws nothing unless a donor is given."""
+    plain = []
+    for name in ("a", "b"):
+        root = checkout_with(tmp_path, {"heuristic.py": HEURISTIC}, name=name)
+        worker = make(seed=5)
+        for _ in range(5):
+            worker.edit(root, "improve")
+        plain.append((root / "heuristic.py").read_text())
+    assert plain[0] == plain[1]

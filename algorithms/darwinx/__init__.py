@@ -50,8 +50,9 @@ class Proposal:
     step: int
     kind: str  # mutation | recombination
     parent: Candidate
-    donor: Candidate | None = None
+    donor: Candidate | None = None  # recombination's donor: the gates measure against it too
     candidate: Candidate | None = None  # None: the edit was declined
+    graft: Candidate | None = None  # a mutation's donor of parts (``graft_probability``); not a gate reference
 
     @property
     def committed(self) -> Candidate:
@@ -173,11 +174,13 @@ class DarwinX(Algorithm):
                 self.record_prompt("recombine", prompt, step=step)
                 jobs.append((main.snapshot, prompt, refs))
             else:
-                parent = self._select_parent(self.islands.lane(step))
-                prop = Proposal(step, "mutation", parent)
-                prompt = self._mutate_prompt(parent)
+                lane = self.islands.lane(step)
+                parent = self._select_parent(lane)
+                graft = self._graft_donor(parent, lane)
+                prop = Proposal(step, "mutation", parent, graft=graft)
+                prompt = self._mutate_prompt(parent, graft)
                 self.record_prompt("mutate", prompt, step=step)
-                jobs.append((parent.snapshot, prompt, None))
+                jobs.append((parent.snapshot, prompt, {"donor": graft.snapshot} if graft else None))
             proposals.append(prop)
         results = self.workers.edit_many(jobs)
         known = {c.snapshot_id for c in self.archive}
@@ -191,7 +194,7 @@ class DarwinX(Algorithm):
                     prop.step,
                     prop.kind,
                     parent_id=prop.parent.snapshot_id,
-                    donor_id=prop.donor.snapshot_id if prop.donor else None,
+                    donor_id=next((d.snapshot_id for d in (prop.donor, prop.graft) if d is not None), None),
                     reply=reply,
                     island=self.islands.current[self.islands.lane(prop.step)],
                 )
@@ -394,6 +397,19 @@ class DarwinX(Algorithm):
                 return c
         return None
 
+    def _graft_donor(self, parent: Candidate, lane: int) -> Candidate | None:
+        """With ``graft_probability``, another admitted member of the parent's island, drawn
+        uniformly, for the worker to take a part from (subtree crossover for the offline mutator).
+        No draw at all when the option is off, so such runs repeat exactly."""
+        if not self.p.graft_probability or self.rng.random() >= self.p.graft_probability:
+            return None
+        others = [
+            c
+            for c in self.archive
+            if c.admitted and c.kind != "seed" and c.snapshot_id != parent.snapshot_id and self.islands.holds(c, lane)
+        ]
+        return self.rng.choice(others) if others else None
+
     def _select_parent(self, lane: int) -> Candidate:
         members = [c.member() for c in self.archive if self.islands.holds(c, lane)]
         chosen = self.parent_selection.select(members, self.rng)
@@ -563,12 +579,21 @@ class DarwinX(Algorithm):
         return {c.snapshot_id: c for c in self.archive}
 
     # ---- prompts -------------------------------------------------------------------------
-    def _mutate_prompt(self, parent: Candidate) -> str:
+    def _mutate_prompt(self, parent: Candidate, graft: Candidate | None = None) -> str:
         budget = self.p.max_evidence_chars
         comps = self.ctx.seed_snapshot.components
+        donor = ""
+        if graft is not None:
+            donor = render(
+                _prompts.GRAFT_NOTE,
+                donor_id=graft.snapshot_id,
+                donor_mean=f"{graft.train_mean:.4f}",
+                donor_path=f"{REF_DIR}/donor",
+            )
         return render(
             _prompts.MUTATE,
             parent_id=parent.snapshot_id,
+            donor=donor,
             confirm_samples=self.p.confirm_samples,
             regression_tolerance=self.p.regression_tolerance,
             solved_threshold=self.p.solved_threshold,

@@ -24,7 +24,13 @@ Extend what works; do not trade one task for another.
 ## Learnings from earlier attempts (newest first)
 {learnings}
 
-Make one focused change. End your reply with a short description of what you changed and why.
+{donor}Make one focused change. End your reply with a short description of what you changed and why.
+"""
+
+GRAFT_NOTE = """A read-only copy of another admitted member, {donor_id} (train mean {donor_mean}), lies in
+{donor_path}: you may take a part of it (a condition, a branch, a term) into this version.
+Do not edit that folder; it is removed before your result is committed.
+
 """
 
 RECOMBINE = """\

@@ -64,6 +64,14 @@ class DarwinXParams(AlgorithmParams):
         description="an edit that reproduces a version already measured (or proposed earlier in the round) "
         "is asked again, of the same parent, up to this many times before it is declined and uses its step",
     )
+    graft_probability: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="probability that a mutation also gets another admitted member of its island as a donor: "
+        "the offline mutator then grafts one of the donor's expressions into the parent (subtree crossover), a "
+        "model worker finds it read-only beside the checkout; the gates still measure against the parent alone",
+    )
     promote_on_dev: int = Field(
         0,
         ge=0,

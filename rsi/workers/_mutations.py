@@ -130,6 +130,13 @@ def _number(node: ast.AST) -> float | None:
     return None
 
 
+def _is_condition(node: ast.AST) -> bool:
+    """A truth value: a comparison, ``not``/``and``/``or``, or ``&``/``|`` of conditions."""
+    if isinstance(node, (ast.Compare, ast.BoolOp)) or isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+        return True
+    return isinstance(node, ast.BinOp) and isinstance(node.op, (ast.BitAnd, ast.BitOr)) and _is_condition(node.left)
+
+
 def literal(value: float) -> ast.expr:
     """A literal node; negatives as unary minus so unparse keeps precedence right."""
     if isinstance(value, float):
@@ -163,9 +170,13 @@ class Mutations:
     data_thresholds: float = 0.0  # share of conditions whose threshold comes from ``cases``
 
     def apply(self, op: str, fn: Function) -> bool:
+        self._learn(fn)
+        return getattr(self, op)(fn, sites(fn))
+
+    def _learn(self, fn: Function) -> None:
+        """What the draws need to know of the function being edited."""
         self._scalars = scalar_args(fn)
         self._rebound = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
-        return getattr(self, op)(fn, sites(fn))
 
     def _varies(self, node: ast.AST) -> bool:
         """Whether ``node`` can differ between elements: it uses a name that is not a scalar
@@ -303,6 +314,41 @@ class Mutations:
             return False
         site, keep = self._pick(options)
         site.replace(keep)
+        return True
+
+    # ---- graft: structure from another member ---------------------------------------------
+    def graft(self, fn: Function, donor: Function) -> bool:
+        """Replace one expression of ``fn`` by a copy of one of ``donor``'s (the same marked
+        function in another member): a condition by a condition, a value by a value. Subtree
+        crossover: a band or a branch that one lineage found can reach another without the
+        several operator draws that would have to line up to build it again. Only donor
+        expressions over names ``fn`` has (its arguments, the module's numpy and math) qualify;
+        donor code is read as a tree, never run."""
+        self._learn(fn)
+        arguments = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+        known = arguments | {m for m in (self.names.numpy, self.names.math) if m}
+        pieces = [
+            s.node
+            for s in sites(donor)
+            if s.free
+            and _number(s.node) is None
+            and not isinstance(s.node, ast.Name)
+            and _names_in(s.node) <= known
+            and _names_in(s.node) & arguments
+            and not _names_in(s.node) & self._rebound
+        ]
+        if not pieces:
+            return False
+        piece = self._pick(pieces)
+        text = ast.unparse(piece)
+        places = [
+            s
+            for s in sites(fn)
+            if s.free and _is_condition(s.node) == _is_condition(piece) and ast.unparse(s.node) != text
+        ]
+        if not places:
+            return False
+        self._pick(places).replace(clone(piece))
         return True
 
     # ---- insert_term: new structure from the function's own names ------------------------

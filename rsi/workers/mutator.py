@@ -159,10 +159,11 @@ class MutatorWorker(Worker):
     def edit(self, checkout: Path, prompt: str, references: dict[str, str] | None = None) -> str:
         checkout = Path(checkout)
         self.edits += 1
-        if references and "ancestor" in references and "donor" in references:
+        references = references or {}
+        if "ancestor" in references and "donor" in references:
             reply = self._recombine(checkout, references)
         else:
-            reply = self._mutate(checkout, skip=set((references or {}).values()))
+            reply = self._mutate(checkout, skip=set(references.values()), donor=references.get("donor"))
         self.last = reply
         return reply
 
@@ -187,14 +188,17 @@ class MutatorWorker(Worker):
         return f"merge: took the donor's changes to {', '.join(changed)} (conflicting lines keep main)"
 
     # ---- mutation -------------------------------------------------------------------------
-    def _mutate(self, checkout: Path, skip: set[str]) -> str:
+    def _mutate(self, checkout: Path, skip: set[str], donor: str | None = None) -> str:
         targets = _find_targets(checkout, skip)
         if not targets:
             return f"mutate: no function marked '{MARKER}' in any Python file; no change"
         self._cases = self._probe_cases(checkout)
+        grafts = self._donor_functions(checkout, donor, targets) if donor is not None else {}
+        if donor is not None and not grafts:
+            return "graft: the donor has none of the marked functions; no change"
         fallback, neutral_draws = None, 0
         for _ in range(MAX_ATTEMPTS):
-            result = self._attempt(targets)
+            result = self._attempt(targets, grafts)
             if result is None:
                 continue
             files, applied, is_neutral = result
@@ -222,24 +226,33 @@ class MutatorWorker(Worker):
         redrawn = f" [{neutral_draws} neutral edit(s) redrawn]" if neutral_draws else ""
         return "mutate: " + "; ".join(applied) + redrawn
 
-    def _attempt(self, targets: list[_Target]) -> tuple[dict[str, str], list[str], bool] | None:
+    @staticmethod
+    def _donor_functions(checkout: Path, donor: str, targets: list[_Target]) -> dict[int, Function]:
+        """The donor's version of each marked function, by target index (same file, same name)."""
+        root = checkout / donor
+        if not root.is_dir():
+            raise WorkerError(f"mutator: donor reference {donor!r} is not a directory in the checkout")
+        theirs = {(t.path, t.fn.name): t.fn for t in _find_targets(root, set())}
+        return {i: fn for i, t in enumerate(targets) if (fn := theirs.get((t.path, t.fn.name))) is not None}
+
+    def _attempt(
+        self, targets: list[_Target], grafts: dict[int, Function] | None = None
+    ) -> tuple[dict[str, str], list[str], bool] | None:
         """One candidate edit and whether the probe found it neutral, or None when it changed
-        nothing or failed to parse."""
+        nothing or failed to parse. With a donor (``grafts``) the edit is one graft from it."""
         copies: dict[int, Function] = {}
         applied = []
-        for _ in range(int(self.rng.integers(1, self.config.max_ops + 1))):
+        if grafts:
+            i = list(grafts)[int(self.rng.integers(len(grafts)))]
+            copies[i] = clone(targets[i].fn)
+            if self._mutations(targets[i]).graft(copies[i], grafts[i]):
+                applied.append(f"graft in {targets[i].label}")
+        for _ in range(0 if grafts else int(self.rng.integers(1, self.config.max_ops + 1))):
             i = int(self.rng.integers(len(targets)))
             if i not in copies:
                 copies[i] = clone(targets[i].fn)  # only functions an operator touches are copied
             op = self._operator(copies[i])
-            mutations = Mutations(
-                self.rng,
-                targets[i].names,
-                self.config.constant_scale,
-                getattr(self, "_cases", None),
-                self.config.data_thresholds,
-            )
-            if mutations.apply(op, copies[i]):
+            if self._mutations(targets[i]).apply(op, copies[i]):
                 applied.append(f"{op} in {targets[i].label}")
         if any(_size(fn) > max(self.config.max_nodes, _size(targets[i].fn)) for i, fn in copies.items()):
             return None  # grew past the cap: draw again
@@ -269,6 +282,15 @@ class MutatorWorker(Worker):
             for i in changed
         )
         return files, applied, is_neutral
+
+    def _mutations(self, target: _Target) -> Mutations:
+        return Mutations(
+            self.rng,
+            target.names,
+            self.config.constant_scale,
+            getattr(self, "_cases", None),
+            self.config.data_thresholds,
+        )
 
     def _operator(self, fn: Function) -> str:
         weights = np.array([getattr(self.config.weights, op) for op in OPERATORS], dtype=float)
