@@ -3,6 +3,7 @@ known in advance, so each gate is checked decision by decision through the real 
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from pathlib import Path
@@ -610,8 +611,9 @@ def test_promotion_on_dev_chooses_among_the_best_train_means_on_instances_no_gat
 def test_a_graft_donor_is_another_admitted_member_shown_to_the_worker_and_never_a_gate_reference(tmp_path, ray_session):
     """With graft_probability 1 every mutation that has another admitted member (not the seed,
     not its parent) gets one as its donor: step 3 edits v2, the best lineage, with v1 beside it.
-    The donor is named in the prompt and recorded as the child's donor, but the gates measure
-    the child against its parent alone. Steps 1 and 2 have no other member to draw, so their
+    The donor is named in the prompt and recorded as the child's ``graft_id`` (``donor_id`` stays
+    a recombination's, which reports draw as a merge), but the gates measure the child against
+    its parent alone. Steps 1 and 2 have no other member to draw, so their
     prompts are exactly the plain mutation prompt."""
     table = {"splits": SPLITS, "scores": {
         "v0": {"t1": 0.2, "t2": 0.2, "t3": 0.2, "x1": 0.2},
@@ -624,7 +626,10 @@ def test_a_graft_donor_is_another_admitted_member_shown_to_the_worker_and_never_
     screens = of(decisions, "screen")
     v1, v2, v3 = (d["snapshot_id"] for d in screens)
     assert [d["parent_id"] for d in screens[1:]] == [v1, v2]
-    assert [d["donor_id"] for d in screens] == [None, None, v1]
+    assert [d["donor_id"] for d in screens] == [None, None, None], "donor_id names a recombination's donor"
+    assert [d.get("graft_id") for d in of(decisions, "screen") + of(decisions, "confirm")] == [None, None, v1] * 2
+    archive = [json.loads(line) for line in (records.local_path() / "archive.jsonl").read_text().splitlines()]
+    assert [(a["graft_id"], a["kind"]) for a in archive[1:]] == [(None, "mutation"), (None, "mutation"), (v1, "mutation")]
     assert screens[2]["reference_means"] == screens[2]["parent_means"] == {"t1": 0.6, "t2": 0.6, "t3": 0.2}
     assert [d["snapshot_id"] for d in of(decisions, "confirm") if d["accepted"]] == [v1, v2, v3]
     prompts = {p.name: p.read_text() for p in (records.local_path() / "prompts").iterdir() if "mutate" in p.name}
@@ -632,7 +637,7 @@ def test_a_graft_donor_is_another_admitted_member_shown_to_the_worker_and_never_
     assert ".rsi_refs/donor" in prompts["0003-mutate.md"]
 
     plain, _, plain_records = run(scenario(tmp_path / "plain", table, edits, params))
-    assert [d["donor_id"] for d in of(plain, "screen")] == [None, None, None]
+    assert [d.get("graft_id") for d in of(plain, "screen")] == [None, None, None]
     plain_prompts = {p.name: p.read_text() for p in (plain_records.local_path() / "prompts").iterdir()
                      if "mutate" in p.name}
 

@@ -194,7 +194,8 @@ class DarwinX(Algorithm):
                     prop.step,
                     prop.kind,
                     parent_id=prop.parent.snapshot_id,
-                    donor_id=next((d.snapshot_id for d in (prop.donor, prop.graft) if d is not None), None),
+                    donor_id=prop.donor.snapshot_id if prop.donor else None,
+                    graft_id=prop.graft.snapshot_id if prop.graft else None,
                     reply=reply,
                     island=self.islands.current[self.islands.lane(prop.step)],
                 )
@@ -231,6 +232,7 @@ class DarwinX(Algorithm):
                 accepted=ok,
                 step=p.step,
                 donor_id=p.committed.donor_id,
+                **({"graft_id": p.committed.graft_id} if p.committed.graft_id else {}),
                 reason_code=code,
                 reason=reason,
                 level="screen",
@@ -344,6 +346,7 @@ class DarwinX(Algorithm):
             accepted=admitted,
             step=p.step,
             donor_id=c.donor_id,
+            **({"graft_id": c.graft_id} if c.graft_id else {}),
             reason_code=code,
             reason=reason,
             level="confirm",
@@ -656,7 +659,8 @@ def _fmt(v) -> str:
 
 def _archive_line(c: Candidate) -> str:
     return (
-        f"- {c.snapshot_id} ({c.kind}, parent {c.parent_id or '-'}{', donor ' + c.donor_id if c.donor_id else ''}): "
+        f"- {c.snapshot_id} ({c.kind}, parent {c.parent_id or '-'}{', donor ' + c.donor_id if c.donor_id else ''}"
+        f"{', grafted from ' + c.graft_id if c.graft_id else ''}): "
         f"level {c.level}, admitted {c.admitted}, train mean {c.train_mean:.4f}, gain {_fmt(c.gain)}, "
         f"regression {_fmt(c.regression_mass)}; {c.reply.strip()[:300]}"
     )

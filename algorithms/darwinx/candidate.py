@@ -20,7 +20,8 @@ class Candidate:
     step: int
     kind: str  # seed | mutation | recombination
     parent_id: str | None = None
-    donor_id: str | None = None
+    donor_id: str | None = None  # a recombination's donor
+    graft_id: str | None = None  # the member a mutation grafted from (``graft_probability``)
     level: str = "seed"  # seed | screen | confirm
     admitted: bool = False
     means: dict[str, float] = field(default_factory=dict)  # full-pool confirm means
@@ -55,6 +56,7 @@ class Candidate:
             "snapshot_id": self.snapshot_id,
             "parent_id": self.parent_id,
             "donor_id": self.donor_id,
+            "graft_id": self.graft_id,
             "step": self.step,
             "kind": self.kind,
             "level": self.level,
@@ -93,6 +95,7 @@ class Candidate:
             setattr(c, key, rec[key])
         c.solved, c.invariant = set(rec["solved"]), set(rec["invariant"])
         c.island = rec.get("island", 0)  # records written before islands existed
+        c.graft_id = rec.get("graft_id")  # ... and before grafts
         return c
 
 

@@ -9,7 +9,9 @@ edit that gives the parent's results (or their order) on a few synthetic inputs 
 (``_probe``). Arguments annotated as plain numbers beside an array are never the only names in
 an inserted term or condition (it would be the same for every element). With ``ancestor`` and
 ``donor`` references, ``edit`` instead three-way merges the donor's changes into the checkout
-(recombination). Randomness is one seeded generator whose state travels through
+(recombination); with a ``donor`` reference alone, the edit is one graft: an expression of the
+donor's version of a marked function replaces one of the parent's (subtree crossover; the donor
+is parsed, never run). Randomness is one seeded generator whose state travels through
 ``get_state``/``set_state``, so a resumed run draws the same edits.
 """
 
@@ -81,7 +83,8 @@ class _Target:
 
 
 class MutatorWorker(Worker):
-    """Random syntax-tree edits of marked functions plus three-way merges; no model involved."""
+    """Random syntax-tree edits of marked functions, grafts from a donor and three-way merges;
+    no model involved."""
 
     kind = "agent"
     offline = True
