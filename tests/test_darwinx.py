@@ -340,6 +340,7 @@ def test_parallel_run_stopped_after_a_round_resumes_to_identical_decisions(tmp_p
     (["--algorithm.screen_size", "9"], "larger than the train split"),
     (["--algorithm.exploration_probability", "2"], "exploration_probability"),
     (["--algorithm.merge_every", "-1"], "merge_every"),
+    (["--algorithm.graft_probability", "1.5"], "graft_probability"),
     (["--algorithm.promote_on_dev", "2"], "has no dev tasks to choose the promoted member on"),
     (["--algorithm.promote_on_dev", "2", "--algorithm.policies", "{promotion: {rule: highest_train_mean}}"],
      "replaces the promotion slot"),
