@@ -69,11 +69,16 @@ def _body_start(fn: Function) -> int:
     return 1 if is_doc and len(fn.body) > 1 else 0
 
 
+def _arguments(fn: Function) -> list[ast.arg]:
+    """The function's named arguments, in order (``*args`` and ``**kwargs`` excluded)."""
+    return fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+
+
 def scalar_args(fn: Function) -> set[str]:
     """Arguments annotated as plain numbers (``float``, ``int``...). When the function also has
     other arguments (arrays), a term built only from these is constant across the elements of its
     result: it shifts or rescales every element alike, which changes no comparison between them."""
-    args = fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs
+    args = _arguments(fn)
     scalars = {
         a.arg
         for a in args
@@ -325,7 +330,7 @@ class Mutations:
         expressions over names ``fn`` has (its arguments, the module's numpy and math) qualify;
         donor code is read as a tree, never run."""
         self._learn(fn)
-        arguments = {a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs}
+        arguments = {a.arg for a in _arguments(fn)}
         known = arguments | {m for m in (self.names.numpy, self.names.math) if m}
         pieces = [
             s.node
@@ -378,7 +383,7 @@ class Mutations:
     def _atom(self, fn, found: list[Site], site: Site) -> ast.expr | None:
         """A quantity to build on: an existing subexpression of the body (copied, so the tree
         never contains itself), a difference of two names in scope, or one name."""
-        names = [a.arg for a in fn.args.posonlyargs + fn.args.args + fn.args.kwonlyargs]
+        names = [a.arg for a in _arguments(fn)]
         for stmt in fn.body[: site.stmt]:
             names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
         names = list(dict.fromkeys(names))
