@@ -4,7 +4,9 @@ The offline mutator calls a parent and a child version of a function on a few sy
 and compares the results. An edit that gives the same results (``equal``), or results in the
 same order (``order``: every pair of elements, and every pair of probe calls, compares the same
 way, so a ranking or an argmax of them is unchanged), is neutral: the mutator draws again
-instead of spending a measurement on it.
+instead of spending a measurement on it. The same comparison counts the probe calls whose
+outcome an edit changes (``compare``): the mutator's ``local_share`` bounds it, so that part of
+the edits are small steps in what the function decides, not only in its text.
 
 Only pure expression functions are probed: assignments to plain names and ``return`` over the
 arguments, numeric literals, arithmetic, comparisons, ``where``-style selections and elementwise
@@ -20,7 +22,7 @@ import ast
 import sys
 import tempfile
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -210,6 +212,16 @@ def _bare(fn: Function) -> Function:
     return bare
 
 
+class Comparison(NamedTuple):
+    """What the probe saw of an edit: whether it is ``neutral`` and on how many probe calls its
+    outcome ``changed`` (the element a call's result ranks first, with ``order``; the result
+    itself, with ``equal``), of ``calls``. ``changed`` is None when the probe could not run."""
+
+    neutral: bool
+    changed: int | None = None
+    calls: int = 0
+
+
 def neutral(
     parent: Function,
     child: Function,
@@ -222,8 +234,22 @@ def neutral(
     """Whether ``child`` computes what ``parent`` does on the probe (``mode``); False whenever
     either is not a pure expression function or fails on the probe. ``cases``: argument sets to
     call with (example inputs of the function); default the synthetic ``probe_inputs``."""
+    return compare(parent, child, names, scalars, scale, mode, cases).neutral
+
+
+def compare(
+    parent: Function,
+    child: Function,
+    names: ModuleNames,
+    scalars: set[str],
+    scale: float,
+    mode: ProbeMode,
+    cases: list[dict] | None = None,
+) -> Comparison:
+    """``neutral``'s probe, with the number of probe calls whose outcome the edit changes: how
+    far the edit moves the function's decisions, measured on its inputs rather than its text."""
     if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
-        return False
+        return Comparison(False)
     if cases is not None:
         wanted = {a.arg for a in parent.args.args}
         cases = [c for c in cases if set(c) == wanted]
@@ -231,16 +257,28 @@ def neutral(
         cases = probe_inputs(parent, scalars, scale)
     a, b = _run([parent, child], names, cases)
     if a is None or b is None:
-        return False
+        return Comparison(False)
     if any(x.shape != y.shape for x, y in zip(a, b)):
-        return False
+        return Comparison(False, len(cases), len(cases))
+    changed = sum(not _same_outcome(x, y, mode) for x, y in zip(a, b))
     if all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b)):
-        return True
+        return Comparison(True, 0, len(cases))
     if mode != "order":
-        return False
+        return Comparison(False, changed, len(cases))
     if all(x.ndim == 0 for x in a):  # one number per call: compare the calls with each other
         a, b = [np.array([float(x) for x in a])], [np.array([float(y) for y in b])]
-    return all(np.array_equal(_pairwise(x), _pairwise(y), equal_nan=True) for x, y in zip(a, b))
+    same = all(np.array_equal(_pairwise(x), _pairwise(y), equal_nan=True) for x, y in zip(a, b))
+    return Comparison(same, changed, len(cases))
+
+
+def _same_outcome(x: np.ndarray, y: np.ndarray, mode: ProbeMode) -> bool:
+    """Whether one probe call ends the same way for parent and child: the same first-ranked
+    element of an array result (``order``: what a priority decides, ties to the first), else the
+    same result."""
+    if mode == "order" and x.ndim > 0 and x.size:
+        with np.errstate(all="ignore"):
+            return int(np.argmax(x)) == int(np.argmax(y))
+    return bool(np.array_equal(x, y, equal_nan=True))
 
 
 def _pairwise(values: np.ndarray) -> np.ndarray:

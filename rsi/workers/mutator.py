@@ -6,7 +6,9 @@ operators on the body's syntax tree (perturb a constant, swap an arithmetic or c
 operator, swap an elementwise math function, insert a term built from the function's own
 names, drop a term). Every result parses and differs from the input; with ``probe`` set, an
 edit that gives the parent's results (or their order) on a few synthetic inputs is drawn again
-(``_probe``). Arguments annotated as plain numbers beside an array are never the only names in
+(``_probe``), and with ``local_share`` that share of the edits must change the outcome of at
+most ``local_decisions`` probe calls (a step that is small in what the function decides).
+Arguments annotated as plain numbers beside an array are never the only names in
 an inserted term or condition (it would be the same for every element). With ``ancestor`` and
 ``donor`` references, ``edit`` instead three-way merges the donor's changes into the checkout
 (recombination); with a ``donor`` reference alone, the edit is one graft: an expression of the
@@ -32,7 +34,7 @@ from rsi.errors import WorkerError
 from rsi.snapshot import RUNTIME_DIRS
 from rsi.workers._merge import merge
 from rsi.workers._mutations import OPERATORS, Mutations, scalar_args
-from rsi.workers._probe import ProbeMode, load_cases, neutral
+from rsi.workers._probe import Comparison, ProbeMode, compare, is_pure, load_cases
 from rsi.workers._pyedit import MARKER, Function, ModuleNames, clone, marked_functions, module_names, splice
 from rsi.workers.base import Worker
 
@@ -112,6 +114,18 @@ class MutatorWorker(Worker):
             "probe inputs, where a decision on recorded calls flips; needs probe_inputs. 0: every threshold "
             "is drawn around constant_scale",
         )
+        local_share: float = Field(
+            0.0,
+            ge=0,
+            le=1,
+            description="share of edits that must be local: a drawn edit that changes the outcome (the "
+            "first-ranked element with probe 'order', the result with 'equal') of more than local_decisions "
+            "probe calls is drawn again. Near a good heuristic nearly every edit that moves many decisions "
+            "is a large loss; needs a probe. 0: no bound",
+        )
+        local_decisions: int = Field(
+            2, ge=0, description="most probe calls whose outcome a local edit may change (see local_share)"
+        )
         max_nodes: int = Field(
             200,
             ge=20,
@@ -145,6 +159,15 @@ class MutatorWorker(Worker):
                 raise ValueError(
                     "data_thresholds draws thresholds from the recorded calls in probe_inputs: set "
                     "probe_inputs (with probe 'equal' or 'order'), or set data_thresholds to 0"
+                )
+            return self
+
+        @model_validator(mode="after")
+        def _local_edits_need_a_probe(self):
+            if self.local_share > 0 and self.probe == "off":
+                raise ValueError(
+                    "local_share bounds the decisions an edit changes on the probe: set probe to 'order' "
+                    "or 'equal' (best with probe_inputs), or set local_share to 0"
                 )
             return self
 
@@ -199,17 +222,31 @@ class MutatorWorker(Worker):
         grafts = self._donor_functions(checkout, donor, targets) if donor is not None else {}
         if donor is not None and not grafts:
             return "graft: the donor has none of the marked functions; no change"
-        fallback, neutral_draws = None, 0
+        # The draw happens only when local edits are on, so runs without them repeat; a function
+        # the probe cannot run gets no bound (no drawn edit could show that it is local).
+        local = (
+            self.config.local_share > 0
+            and self.rng.random() < self.config.local_share
+            and all(is_pure(t.fn, t.names) for t in targets)
+        )
+        fallback, wide, neutral_draws, wide_draws = None, None, 0, 0
         for _ in range(MAX_ATTEMPTS):
             result = self._attempt(targets, grafts)
             if result is None:
                 continue
-            files, applied, is_neutral = result
-            if is_neutral:
+            files, applied, seen = result
+            if seen.neutral:
                 neutral_draws += 1
                 fallback = fallback or (files, applied)
                 continue
-            return self._write(checkout, files, applied, neutral_draws)
+            if local and (seen.changed is None or seen.changed > self.config.local_decisions):
+                wide_draws += 1
+                wide = wide or (files, applied)
+                continue
+            note = f" [local: {seen.changed} of {seen.calls} probe calls decide otherwise]" if local else ""
+            return self._write(checkout, files, applied, neutral_draws, wide_draws) + note
+        if wide is not None:  # no local change found: the first change that was not neutral
+            return self._write(checkout, *wide, neutral_draws, wide_draws) + " (no local edit found)"
         if fallback is not None:  # every change found was neutral on the probe: still a change
             return self._write(checkout, *fallback, neutral_draws) + " (neutral on the probe)"
         return f"mutate: no operator found a valid change in {len(targets)} marked function(s); no change"
@@ -223,10 +260,13 @@ class MutatorWorker(Worker):
             return None
 
     @staticmethod
-    def _write(checkout: Path, files: dict[str, str], applied: list[str], neutral_draws: int) -> str:
+    def _write(
+        checkout: Path, files: dict[str, str], applied: list[str], neutral_draws: int, wide_draws: int = 0
+    ) -> str:
         for rel, text in files.items():
             (checkout / rel).write_bytes(text.encode())
         redrawn = f" [{neutral_draws} neutral edit(s) redrawn]" if neutral_draws else ""
+        redrawn += f" [{wide_draws} edit(s) changing more decisions redrawn]" if wide_draws else ""
         return "mutate: " + "; ".join(applied) + redrawn
 
     @staticmethod
@@ -240,9 +280,10 @@ class MutatorWorker(Worker):
 
     def _attempt(
         self, targets: list[_Target], grafts: dict[int, Function] | None = None
-    ) -> tuple[dict[str, str], list[str], bool] | None:
-        """One candidate edit and whether the probe found it neutral, or None when it changed
-        nothing or failed to parse. With a donor (``grafts``) the edit is one graft from it."""
+    ) -> tuple[dict[str, str], list[str], Comparison] | None:
+        """One candidate edit and what the probe saw of it (neutral, and on how many probe calls
+        it decides otherwise, summed over the changed functions), or None when it changed nothing
+        or failed to parse. With a donor (``grafts``) the edit is one graft from it."""
         copies: dict[int, Function] = {}
         applied = []
         if grafts:
@@ -272,8 +313,8 @@ class MutatorWorker(Worker):
             files[path] = source
         if not files:
             return None
-        is_neutral = all(
-            neutral(
+        seen = [
+            compare(
                 targets[i].fn,
                 copies[i],
                 targets[i].names,
@@ -283,8 +324,10 @@ class MutatorWorker(Worker):
                 getattr(self, "_cases", None),
             )
             for i in changed
-        )
-        return files, applied, is_neutral
+        ]
+        counts = [c.changed for c in seen]
+        total = None if None in counts else sum(c for c in counts if c is not None)
+        return files, applied, Comparison(all(c.neutral for c in seen), total, sum(c.calls for c in seen))
 
     def _mutations(self, target: _Target) -> Mutations:
         return Mutations(
