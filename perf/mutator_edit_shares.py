@@ -17,12 +17,16 @@ changes how gaps are left, not a nudge of best fit).
 the mutator's; the last line then gives the change in bins of the distinct measured edits.
 ``--donors`` makes every edit a graft (subtree crossover) from one of the given heuristics, drawn
 uniformly per edit: the edit DarwinX's ``graft_probability`` asks for, with another member of
-the run as the donor.
+the run as the donor. ``--local-share`` sets the mutator's share of local edits, and
+``--by-decisions`` (with ``--probe-inputs``) splits the measured edits by how many of the recorded
+calls pick another element than the parent (the jailed probe's count, ``compare``).
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
+import json
 import tempfile
 from collections import Counter
 from pathlib import Path
@@ -32,9 +36,12 @@ from mutator_binpack import edited, train_instances  # the same edits on the sam
 
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import l1_bound
+from rsi.workers._probe import compare, load_cases
+from rsi.workers._pyedit import marked_functions, module_names
 from rsi.workers.mutator import MutatorWorker
 
 CAPACITY = 100
+BUCKETS = ((0, 0), (1, 2), (3, 8), (9, 10**9))  # recorded calls deciding otherwise
 
 SEED = (Path(__file__).resolve().parents[1] / "targets" / "binpack_bestfit" / "heuristic.py").read_text()
 
@@ -62,6 +69,7 @@ def shares(
     length: int = 1000,
     deltas: list[int] | None = None,
     donors: list[str] | None = None,
+    by_decisions: dict[tuple[int, int], list[int]] | None = None,
 ) -> Counter:
     """Edit outcomes by kind on two instances of ``length`` items; ``deltas`` (if given) collects
     each measured edit's change in bins."""
@@ -74,6 +82,7 @@ def shares(
     pick = np.random.default_rng([seed, 1])
     seen: set[str] = set()
     out: Counter = Counter()
+    cases = load_cases(json.loads(probe_file.read_text())) if by_decisions is not None and probe_file else None
     with tempfile.TemporaryDirectory() as tmp:
         checkout = Path(tmp) / "checkout"
         for _ in range(edits):
@@ -96,7 +105,23 @@ def shares(
                     deltas.append(bins - base_bins)
                 out["better" if bins < base_bins else "worse"] += 1
                 out["large"] += bins - l1 <= (base_bins - l1) / 2
+            if by_decisions is not None and got is not None:
+                moved = decisions_changed(source, child, cases)
+                for bucket in BUCKETS:
+                    if moved is not None and bucket[0] <= moved <= bucket[1]:
+                        by_decisions.setdefault(bucket, []).append(sum(np.unique(a).size for a in got) - base_bins)
     return out
+
+
+def decisions_changed(parent: str, child: str, cases: list[dict] | None) -> int | None:
+    """On how many recorded calls the child's marked function picks another element than the
+    parent's: the jailed probe's count (both run only in the jail)."""
+    fns = []
+    for source in (parent, child):
+        tree = ast.parse(source)
+        fns.append(marked_functions(source, tree)[0])
+    names = module_names(ast.parse(parent))
+    return compare(fns[0], fns[1], names, {"item"}, 10.0, "order", cases).changed
 
 
 def main() -> None:
@@ -109,6 +134,8 @@ def main() -> None:
     parser.add_argument("--items", type=int, default=1000, help="items per instance (two instances)")
     parser.add_argument("--max-ops", type=int, default=3, help="operators per edit: 1..max-ops")
     parser.add_argument("--donors", type=Path, nargs="+", help="heuristics to graft from (every edit is a graft)")
+    parser.add_argument("--local-share", type=float, default=0.0, help="the mutator's local_share")
+    parser.add_argument("--by-decisions", action="store_true", help="split edits by recorded decisions changed")
     parser.add_argument(
         "--data-thresholds", type=float, default=0.0, help="the mutator's data_thresholds (needs --probe-inputs)"
     )
@@ -119,11 +146,13 @@ def main() -> None:
         probe_inputs="probe.json" if args.probe_inputs else None,
         max_ops=args.max_ops,
         data_thresholds=args.data_thresholds,
+        local_share=args.local_share,
     )
     source = args.source.read_text() if args.source else SEED
     deltas: list[int] = []
     donors = [path.read_text() for path in args.donors or []]
-    got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas, donors)
+    split: dict[tuple[int, int], list[int]] | None = {} if args.by_decisions else None
+    got = shares(args.edits, args.seed, config, args.probe_inputs, source, args.items, deltas, donors, split)
     measured = got["neutral"] + got["better"] + got["worse"] + got["crash"]
     print(
         f"probe {args.probe}{' + inputs' if args.probe_inputs else ''}, data thresholds {args.data_thresholds}, "
@@ -141,6 +170,11 @@ def main() -> None:
             f"10/50/90 % quantiles {q10:+.0f} / {q50:+.0f} / {q90:+.0f}, best {d.min():+d}, "
             f"worse by 1-2 bins {int(((d > 0) & (d <= 2)).sum())}"
         )
+
+    for (low, high), changes in sorted((split or {}).items()):
+        d = np.array(changes)
+        span = f"{low}-{high}" if high < 10**9 else f"{low}+"
+        print(f"edits changing {span} recorded decisions: {d.size}, better {(d < 0).sum()}, median {np.median(d):+.0f}")
 
 
 if __name__ == "__main__":

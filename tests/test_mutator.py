@@ -482,6 +482,67 @@ def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
     assert synthetic >= 4 and with_inputs < synthetic / 2
 
 
+def test_compare_counts_the_probe_calls_that_decide_otherwise():
+    """``compare`` counts the calls whose first-ranked element moves (``order``), or whose result
+    changes (``equal``): a bonus for bins above 50 changes the result of every call with such a bin
+    and moves the choice only in the one whose tightest fit is below 50."""
+    from rsi.workers._probe import compare, load_cases
+    from rsi.workers._pyedit import ModuleNames
+
+    parent = _function(TYPED_BEST_FIT)
+    child = _function(
+        "def priority(item: float, bins: np.ndarray):\n    return -(bins - item) + 100.0 * (bins > 50)\n"
+    )
+    cases = load_cases([{"item": 30, "bins": [31, 60]}, {"item": 30, "bins": [55, 60]}, {"item": 5, "bins": [70, 90]},
+                        {"item": 5, "bins": [10, 20]}])
+    names = ModuleNames(numpy="np")
+    assert compare(parent, child, names, {"item"}, 10.0, "order", cases) == (False, 1, 4)
+    assert compare(parent, child, names, {"item"}, 10.0, "equal", cases) == (False, 3, 4)
+    assert compare(parent, parent, names, {"item"}, 10.0, "order", cases) == (True, 0, 4)
+
+
+def test_local_edits_change_at_most_local_decisions_of_the_recorded_calls(tmp_path):
+    """With ``local_share`` 1 every edit of best fit that reports itself local picks another bin
+    than best fit on at most ``local_decisions`` of the recorded calls, counted here independently
+    (the jailed probe); one that found none in its attempts says so. Without the bound some of the
+    same seeds' edits move many more."""
+    from rsi.workers._probe import compare, load_cases
+    from rsi.workers._pyedit import ModuleNames
+
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
+    cases = load_cases(recorded)
+
+    def moved(local_share: float) -> list[int]:
+        out = []
+        for seed in range(6):
+            root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps(recorded)},
+                                 name=f"{local_share}-{seed}")
+            worker = make(seed=seed, probe="order", probe_inputs="probe.json", local_share=local_share)
+            reply = worker.edit(root, "improve")
+            child = _function((root / "heuristic.py").read_text())
+            seen = compare(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases)
+            assert seen.changed is not None
+            if local_share == 0:
+                assert "local" not in reply, reply
+                out.append(seen.changed)
+            elif "(no local edit found)" not in reply:
+                assert f"[local: {seen.changed} of {len(cases)} probe calls" in reply, reply
+                out.append(seen.changed)
+        return out
+
+    local = moved(1.0)
+    assert len(local) >= 3 and max(local) <= 2, local
+    assert max(moved(0.0)) > 2
+
+
+def test_local_edits_need_a_probe():
+    with pytest.raises(ValidationError, match="local_share bounds the decisions"):
+        MutatorWorker.Config(type="mutator", local_share=0.5, probe="off")
+    assert MutatorWorker.Config(type="mutator", local_share=0.5, probe="order").local_decisions == 2
+    with pytest.raises(ValidationError):
+        MutatorWorker.Config(type="mutator", local_share=1.5, probe="order")
+
+
 def _thresholds(fn: ast.FunctionDef) -> list[float]:
     """The numbers compared against in ``fn``'s conditions, apart from the band's lower 0."""
     out = []
