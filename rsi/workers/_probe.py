@@ -222,19 +222,10 @@ class Comparison(NamedTuple):
     calls: int = 0
 
 
-def neutral(
-    parent: Function,
-    child: Function,
-    names: ModuleNames,
-    scalars: set[str],
-    scale: float,
-    mode: ProbeMode,
-    cases: list[dict] | None = None,
-) -> bool:
-    """Whether ``child`` computes what ``parent`` does on the probe (``mode``); False whenever
-    either is not a pure expression function or fails on the probe. ``cases``: argument sets to
-    call with (example inputs of the function); default the synthetic ``probe_inputs``."""
-    return compare(parent, child, names, scalars, scale, mode, cases).neutral
+def neutral(*args, **kwargs) -> bool:
+    """Whether the child computes what the parent does on the probe (``compare``'s arguments);
+    False whenever either is not a pure expression function or fails on the probe."""
+    return compare(*args, **kwargs).neutral
 
 
 def compare(
@@ -246,8 +237,10 @@ def compare(
     mode: ProbeMode,
     cases: list[dict] | None = None,
 ) -> Comparison:
-    """``neutral``'s probe, with the number of probe calls whose outcome the edit changes: how
-    far the edit moves the function's decisions, measured on its inputs rather than its text."""
+    """What the probe sees of ``child`` against ``parent`` (``mode``): whether it is neutral, and
+    on how many probe calls its outcome changes, which measures how far an edit moves the
+    function's decisions on its inputs rather than in its text. ``cases``: argument sets to call
+    with (example inputs of the function); default the synthetic ``probe_inputs``."""
     if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
         return Comparison(False)
     if cases is not None:
