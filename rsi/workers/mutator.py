@@ -231,7 +231,7 @@ class MutatorWorker(Worker):
         )
         fallback, wide, neutral_draws, wide_draws = None, None, 0, 0
         for _ in range(MAX_ATTEMPTS):
-            result = self._attempt(targets, grafts)
+            result = self._attempt(targets, grafts, count=local)
             if result is None:
                 continue
             files, applied, seen = result
@@ -279,11 +279,12 @@ class MutatorWorker(Worker):
         return {i: fn for i, t in enumerate(targets) if (fn := theirs.get((t.path, t.fn.name))) is not None}
 
     def _attempt(
-        self, targets: list[_Target], grafts: dict[int, Function] | None = None
+        self, targets: list[_Target], grafts: dict[int, Function] | None = None, count: bool = False
     ) -> tuple[dict[str, str], list[str], Comparison] | None:
-        """One candidate edit and what the probe saw of it (neutral, and on how many probe calls
-        it decides otherwise, summed over the changed functions), or None when it changed nothing
-        or failed to parse. With a donor (``grafts``) the edit is one graft from it."""
+        """One candidate edit and what the probe saw of it (neutral, and, with ``count``, on how
+        many probe calls it decides otherwise, summed over the changed functions), or None when it
+        changed nothing or failed to parse. With a donor (``grafts``) the edit is one graft from
+        it. Without ``count`` the probing stops at the first changed function that is not neutral."""
         copies: dict[int, Function] = {}
         applied = []
         if grafts:
@@ -313,20 +314,23 @@ class MutatorWorker(Worker):
             files[path] = source
         if not files:
             return None
-        seen = [
-            compare(
-                targets[i].fn,
-                copies[i],
-                targets[i].names,
-                scalar_args(targets[i].fn),
-                self.config.constant_scale,
-                self.config.probe,
-                getattr(self, "_cases", None),
+        seen = []
+        for i in changed:
+            seen.append(
+                compare(
+                    targets[i].fn,
+                    copies[i],
+                    targets[i].names,
+                    scalar_args(targets[i].fn),
+                    self.config.constant_scale,
+                    self.config.probe,
+                    getattr(self, "_cases", None),
+                )
             )
-            for i in changed
-        ]
+            if not (seen[-1].neutral or count):
+                break  # one changed function is enough to know the edit is not neutral
         counts = [c.changed for c in seen]
-        total = None if None in counts else sum(c for c in counts if c is not None)
+        total = None if None in counts or len(seen) < len(changed) else sum(c for c in counts if c is not None)
         return files, applied, Comparison(all(c.neutral for c in seen), total, sum(c.calls for c in seen))
 
     def _mutations(self, target: _Target) -> Mutations:
