@@ -36,6 +36,7 @@ from mutator_binpack import edited, train_instances  # the same edits on the sam
 
 from benchmarks.binpack.lockstep import jailed_assignment
 from benchmarks.binpack.online import l1_bound
+from rsi.workers._mutations import scalar_args
 from rsi.workers._probe import compare, load_cases
 from rsi.workers._pyedit import marked_functions, module_names
 from rsi.workers.mutator import MutatorWorker
@@ -95,33 +96,30 @@ def shares(
             got = packings(child, train)
             if got is None:
                 out["crash"] += 1
-            elif all(np.array_equal(a, b) for a, b in zip(got, base)):
+                continue
+            bins = sum(np.unique(a).size for a in got)
+            if all(np.array_equal(a, b) for a, b in zip(got, base)):
                 out["neutral"] += 1
                 if deltas is not None:
                     deltas.append(0)
             else:
-                bins = sum(np.unique(a).size for a in got)
                 if deltas is not None:
                     deltas.append(bins - base_bins)
                 out["better" if bins < base_bins else "worse"] += 1
                 out["large"] += bins - l1 <= (base_bins - l1) / 2
-            if by_decisions is not None and got is not None:
-                moved = decisions_changed(source, child, cases)
-                for bucket in BUCKETS:
-                    if moved is not None and bucket[0] <= moved <= bucket[1]:
-                        by_decisions.setdefault(bucket, []).append(sum(np.unique(a).size for a in got) - base_bins)
+            moved = decisions_changed(source, child, cases) if by_decisions is not None else None
+            if moved is not None:
+                bucket = next(b for b in BUCKETS if b[0] <= moved <= b[1])
+                by_decisions.setdefault(bucket, []).append(bins - base_bins)
     return out
 
 
 def decisions_changed(parent: str, child: str, cases: list[dict] | None) -> int | None:
     """On how many recorded calls the child's marked function picks another element than the
     parent's: the jailed probe's count (both run only in the jail)."""
-    fns = []
-    for source in (parent, child):
-        tree = ast.parse(source)
-        fns.append(marked_functions(source, tree)[0])
-    names = module_names(ast.parse(parent))
-    return compare(fns[0], fns[1], names, {"item"}, 10.0, "order", cases).changed
+    trees = [ast.parse(source) for source in (parent, child)]
+    before, after = (marked_functions(source, tree)[0] for source, tree in zip((parent, child), trees))
+    return compare(before, after, module_names(trees[0]), scalar_args(before), 10.0, "order", cases).changed
 
 
 def main() -> None:

@@ -326,7 +326,7 @@ def test_inserted_conditions_and_terms_vary_between_elements(tmp_path):
 
 
 def test_probe_finds_order_preserving_edits_neutral():
-    from rsi.workers._probe import neutral
+    from rsi.workers._probe import compare
     from rsi.workers._pyedit import ModuleNames
 
     names, parent = ModuleNames(numpy="np"), _function(TYPED_BEST_FIT)
@@ -335,7 +335,7 @@ def test_probe_finds_order_preserving_edits_neutral():
         return _function(f"def priority(item: float, bins: np.ndarray):\n    return {body}\n")
 
     def check(body, mode):
-        return neutral(parent, child(body), names, {"item"}, 10.0, mode)
+        return compare(parent, child(body), names, {"item"}, 10.0, mode).neutral
 
     assert check("-(bins - item) * 1", "equal") and check("-(bins - item) * 1", "order")
     assert not check("-(bins + item)", "equal"), "a shift changes the results"
@@ -386,19 +386,19 @@ def test_a_probe_that_passes_the_syntax_check_still_runs_only_in_the_jail(monkey
     assert _probe.is_pure(bomb, names)
     rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.monotonic()
-    assert not _probe.neutral(bomb, bomb, names, set(), 1.0, "equal")
+    assert not _probe.compare(bomb, bomb, names, set(), 1.0, "equal").neutral
     assert time.monotonic() - start < 30
     assert resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - rss < 50 * 1024, "the bomb ran in this process"
     # the same check on a harmless function runs in the jail and finds it neutral
-    assert _probe.neutral(_function("def f(a, b):\n    return a - b\n"), _function("def f(a, b):\n    return a - b * 1\n"),
-                          names, set(), 1.0, "equal")
+    assert _probe.compare(_function("def f(a, b):\n    return a - b\n"), _function("def f(a, b):\n    return a - b * 1\n"),
+                          names, set(), 1.0, "equal").neutral
 
 
 def test_the_jailed_probe_compares_nan_and_infinite_results_as_numbers():
     """Results the jail sends that JSON cannot hold (NaN, infinities) come back as numbers: an
     edit that keeps a NaN or an infinity where its parent has one is neutral, one that changes
     it is not."""
-    from rsi.workers._probe import neutral
+    from rsi.workers._probe import compare
     from rsi.workers._pyedit import ModuleNames
 
     names = ModuleNames(numpy="np")
@@ -406,14 +406,14 @@ def test_the_jailed_probe_compares_nan_and_infinite_results_as_numbers():
     cases = [{"a": 2.0, "b": np.array([1.0, 3.0, 5.0])}, {"a": 3.0, "b": np.array([4.0, 1.0, 0.0])}]
     same = _function("def f(a, b):\n    return np.sqrt(a - b) * 1 + 1 / (b - 3)\n")
     other = _function("def f(a, b):\n    return np.sqrt(np.abs(a - b)) + 1 / (b - 3)\n")
-    assert neutral(parent, same, names, {"a"}, 1.0, "equal", cases)
-    assert not neutral(parent, other, names, {"a"}, 1.0, "equal", cases)
+    assert compare(parent, same, names, {"a"}, 1.0, "equal", cases).neutral
+    assert not compare(parent, other, names, {"a"}, 1.0, "equal", cases).neutral
 
 
 def test_order_probe_redraws_neutral_edits(tmp_path):
     """Over the same seeds, the order probe leaves fewer edits of best fit that only shift or
     rescale every bin's priority alike, and says how many it redrew."""
-    from rsi.workers._probe import neutral
+    from rsi.workers._probe import compare
     from rsi.workers._pyedit import ModuleNames
 
     def neutral_share(probe: str) -> tuple[int, int]:
@@ -423,7 +423,7 @@ def test_order_probe_redraws_neutral_edits(tmp_path):
             reply = make(seed=seed, probe=probe).edit(root, "improve")
             redrawn += "redrawn" in reply
             child = _function((root / "heuristic.py").read_text())
-            count += neutral(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order")
+            count += compare(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order").neutral
         return count, redrawn
 
     off, off_redrawn = neutral_share("off")
@@ -444,7 +444,7 @@ def test_probe_inputs_show_the_functions_real_domain(tmp_path):
     """On synthetic inputs (residuals of either sign) ``-r - 3*sqrt(|r|)`` ranks bins unlike
     ``-r``; on recorded inputs, where every residual r = bins - item is >= 0, it ranks them the
     same: neutral only there."""
-    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._probe import compare, load_cases
     from rsi.workers._pyedit import ModuleNames
 
     parent = _function(TYPED_BEST_FIT)
@@ -453,16 +453,16 @@ def test_probe_inputs_show_the_functions_real_domain(tmp_path):
     )
     recorded = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}, {"item": 12, "bins": [13, 20, 99, 100]}])
     names = ModuleNames(numpy="np")
-    assert not neutral(parent, child, names, {"item"}, 10.0, "order")
-    assert neutral(parent, child, names, {"item"}, 10.0, "order", recorded)
+    assert not compare(parent, child, names, {"item"}, 10.0, "order").neutral
+    assert compare(parent, child, names, {"item"}, 10.0, "order", recorded).neutral
     other_args = load_cases([{"x": 1, "y": [2, 3]}])
-    assert not neutral(parent, child, names, {"item"}, 10.0, "order", other_args), "cases for other names: synthetic"
+    assert not compare(parent, child, names, {"item"}, 10.0, "order", other_args).neutral, "cases for other names: synthetic"
 
 
 def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
     """With recorded inputs in the checkout, fewer of the mutator's edits of best fit rank the
     recorded bins as best fit does than with the synthetic probe alone."""
-    from rsi.workers._probe import load_cases, neutral
+    from rsi.workers._probe import compare, load_cases
     from rsi.workers._pyedit import ModuleNames
 
     recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
@@ -475,7 +475,7 @@ def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
                                  name=f"{probe_inputs}{seed}")
             make(seed=seed, probe="order", probe_inputs=probe_inputs).edit(root, "improve")
             child = _function((root / "heuristic.py").read_text())
-            count += neutral(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases)
+            count += compare(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases).neutral
         return count
 
     synthetic, with_inputs = neutral_count("missing.json"), neutral_count("probe.json")

@@ -222,12 +222,6 @@ class Comparison(NamedTuple):
     calls: int = 0
 
 
-def neutral(*args, **kwargs) -> bool:
-    """Whether the child computes what the parent does on the probe (``compare``'s arguments);
-    False whenever either is not a pure expression function or fails on the probe."""
-    return compare(*args, **kwargs).neutral
-
-
 def compare(
     parent: Function,
     child: Function,
@@ -239,8 +233,9 @@ def compare(
 ) -> Comparison:
     """What the probe sees of ``child`` against ``parent`` (``mode``): whether it is neutral, and
     on how many probe calls its outcome changes, which measures how far an edit moves the
-    function's decisions on its inputs rather than in its text. ``cases``: argument sets to call
-    with (example inputs of the function); default the synthetic ``probe_inputs``."""
+    function's decisions on its inputs rather than in its text. Not neutral, with no count, when
+    either is not a pure expression function or fails on the probe. ``cases``: argument sets to
+    call with (example inputs of the function); default the synthetic ``probe_inputs``."""
     if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
         return Comparison(False)
     if cases is not None:

@@ -329,8 +329,8 @@ class MutatorWorker(Worker):
             )
             if not (seen[-1].neutral or count):
                 break  # one changed function is enough to know the edit is not neutral
-        counts = [c.changed for c in seen]
-        total = None if None in counts or len(seen) < len(changed) else sum(c for c in counts if c is not None)
+        counts = [c.changed for c in seen if c.changed is not None]
+        total = sum(counts) if len(counts) == len(changed) else None  # unknown unless every function counted
         return files, applied, Comparison(all(c.neutral for c in seen), total, sum(c.calls for c in seen))
 
     def _mutations(self, target: _Target) -> Mutations:
