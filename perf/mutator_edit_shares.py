@@ -107,19 +107,19 @@ def shares(
                     deltas.append(bins - base_bins)
                 out["better" if bins < base_bins else "worse"] += 1
                 out["large"] += bins - l1 <= (base_bins - l1) / 2
-            moved = decisions_changed(source, child, cases) if by_decisions is not None else None
+            moved = decisions_changed(source, child, cases, config.constant_scale) if by_decisions is not None else None
             if moved is not None:
                 bucket = next(b for b in BUCKETS if b[0] <= moved <= b[1])
                 by_decisions.setdefault(bucket, []).append(bins - base_bins)
     return out
 
 
-def decisions_changed(parent: str, child: str, cases: list[dict] | None) -> int | None:
+def decisions_changed(parent: str, child: str, cases: list[dict] | None, scale: float) -> int | None:
     """On how many recorded calls the child's marked function picks another element than the
-    parent's: the jailed probe's count (both run only in the jail)."""
+    parent's: the jailed probe's count (both run only in the jail), at the worker's constant scale."""
     trees = [ast.parse(source) for source in (parent, child)]
     before, after = (marked_functions(source, tree)[0] for source, tree in zip((parent, child), trees))
-    return compare(before, after, module_names(trees[0]), scalar_args(before), 10.0, "order", cases).changed
+    return compare(before, after, module_names(trees[0]), scalar_args(before), scale, "order", cases).changed
 
 
 def main() -> None:
