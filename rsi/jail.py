@@ -331,7 +331,9 @@ def probe(slot_uid: int | None) -> None:
                 "--no-new-privs",
                 "--",
             ]
-        argv = [sys.executable, "-c", "import os; print(os.getuid())"]
+        # Normalised as ``translate`` does for rollouts: an interpreter started by a relative path
+        # (``../.venv/bin/python``) has ``..`` in ``sys.executable``, through a folder not in the jail.
+        argv = [os.path.normpath(sys.executable), "-c", "import os; print(os.getuid())"]
         cmd = command(argv, Path(tmp), {}, 1, stage=slot_uid is not None, enter=enter, fds=[])
         try:
             done = subprocess.run(

@@ -121,6 +121,22 @@ def test_an_interpreter_named_through_a_parent_directory_still_starts(jail, chec
     assert out.status == "ok", out.reason
 
 
+def test_the_jail_probe_of_a_process_started_through_a_parent_directory_passes(tmp_path):
+    """The same for the once-per-process check that the jail can be built: it runs the process's
+    own ``sys.executable``, which then holds ``..`` through a directory the jail does not show
+    (Python keeps a relative start path as ``cwd/..``; an absolute one it normalises)."""
+    if shutil.which("bwrap") is None:
+        pytest.skip("bubblewrap is not installed")
+    interpreter = os.path.relpath(sys.executable, tmp_path)
+    assert interpreter.startswith("..")
+    done = subprocess.run(
+        [interpreter, "-c", "import sys; from rsi import jail; jail.probe(None); print(sys.executable)"],
+        capture_output=True, text=True, timeout=120, cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr[-500:]
+    assert ".." in done.stdout
+
+
 def test_large_task_on_stdin_is_fed_without_deadlock(checkout):
     argv = program(checkout, """
         import json, sys
