@@ -18,7 +18,8 @@ the mutator's; the last line then gives the change in bins of the distinct measu
 ``--donors`` makes every edit a graft (subtree crossover) from one of the given heuristics, drawn
 uniformly per edit: the edit DarwinX's ``graft_probability`` asks for, with another member of
 the run as the donor. ``--local-share`` sets the mutator's share of local edits, and
-``--by-decisions`` (with ``--probe-inputs``) splits the measured edits by how many of the recorded
+``--weight OP=W`` sets an operator's weight (``jitter_constants=1`` adds joint small steps of every
+constant), and ``--by-decisions`` (with ``--probe-inputs``) splits the measured edits by how many of the recorded
 calls pick another element than the parent (the jailed probe's count, ``compare``).
 """
 
@@ -39,7 +40,7 @@ from benchmarks.binpack.online import l1_bound
 from rsi.workers._mutations import scalar_args
 from rsi.workers._probe import compare, load_cases
 from rsi.workers._pyedit import marked_functions, module_names
-from rsi.workers.mutator import MutatorWorker
+from rsi.workers.mutator import MutatorWorker, OperatorWeights
 
 CAPACITY = 100
 BUCKETS = ((0, 0), (1, 2), (3, 8), (9, 10**9))  # recorded calls deciding otherwise
@@ -133,6 +134,7 @@ def main() -> None:
     parser.add_argument("--max-ops", type=int, default=3, help="operators per edit: 1..max-ops")
     parser.add_argument("--donors", type=Path, nargs="+", help="heuristics to graft from (every edit is a graft)")
     parser.add_argument("--local-share", type=float, default=0.0, help="the mutator's local_share")
+    parser.add_argument("--weight", action="append", default=[], metavar="OP=W", help="an operator weight (repeatable)")
     parser.add_argument("--by-decisions", action="store_true", help="split edits by recorded decisions changed")
     parser.add_argument(
         "--data-thresholds", type=float, default=0.0, help="the mutator's data_thresholds (needs --probe-inputs)"
@@ -145,6 +147,7 @@ def main() -> None:
         max_ops=args.max_ops,
         data_thresholds=args.data_thresholds,
         local_share=args.local_share,
+        weights=OperatorWeights(**{op: float(w) for op, w in (item.split("=", 1) for item in args.weight)}),
     )
     source = args.source.read_text() if args.source else SEED
     deltas: list[int] = []

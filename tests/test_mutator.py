@@ -697,3 +697,47 @@ def test_grafts_do_not_change_the_draws_of_plain_mutations(tmp_path):
     assert len(set(texts)) == 12
     digest = hashlib.sha256("\x00".join(texts).encode()).hexdigest()
     assert digest == "c9c7839b28881980ec39c358accb06e198f9e2d1883e3bdef757cb8a7d32259c"
+
+
+def _numbers(fn: ast.FunctionDef) -> list[float]:
+    """The function's numeric literals in walk order, a negated literal as one negative number."""
+    out = []
+    negated = {id(n.operand) for n in ast.walk(fn) if isinstance(n, ast.UnaryOp) and isinstance(n.op, ast.USub)}
+    for node in ast.walk(fn):
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+            out.append(-float(node.operand.value))
+        elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and id(node) not in negated:
+            out.append(float(node.value))
+    return out
+
+
+def test_jitter_constants_moves_every_free_constant_a_little_and_keeps_signs_zeros_and_indices(tmp_path):
+    """A joint step: each nonzero literal outside subscripts changes by a small factor with its
+    sign, zeros stay, and an index (``a[2]``) is never touched, since it is no quantity."""
+    source = (f"import numpy as np\n\n\n{MARKER}\ndef priority(item, bins):\n"
+              "    r = bins - item\n"
+              "    return np.where(r < 2.0, 1000.0 - r, -np.abs(r - 40.0)) + 0.0 * bins[0] - 3.5 * (r > 12)\n")
+    root = checkout_with(tmp_path, {"heuristic.py": source})
+    worker = make(seed=4, max_ops=1, weights={"perturb_constant": 0, "swap_operator": 0, "swap_compare": 0,
+                                              "swap_function": 0, "insert_term": 0, "drop_term": 0,
+                                              "jitter_constants": 1.0})
+    before = _numbers(_function(source))
+    moved = 0
+    for _ in range(20):
+        (root / "heuristic.py").write_text(source)
+        assert worker.edit(root, "p").startswith("mutate: jitter_constants in heuristic.py:")
+        after_source = (root / "heuristic.py").read_text()
+        after = _numbers(_function(after_source))
+        assert len(after) == len(before)
+        assert "bins[0]" in after_source
+        for old, new in zip(before, after):
+            if old == 0:
+                assert new == 0
+            else:
+                assert np.sign(new) == np.sign(old) and 0.4 < new / old < 2.5
+        moved += sum(new != old for old, new in zip(before, after) if old != 0)
+    assert moved > 20 * 3  # most of the five nonzero constants move in most edits
+
+
+def test_jitter_constants_is_off_by_default():
+    assert MutatorWorker.Config(type="mutator").weights.jitter_constants == 0

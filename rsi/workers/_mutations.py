@@ -41,7 +41,18 @@ BAND_SHARE = 0.3
 # Annotations that mark an argument as one number (the same for every element of an array
 # result) rather than a collection of values.
 SCALAR_TYPES = {"float", "int", "bool", "complex"}
-OPERATORS = ("perturb_constant", "swap_operator", "swap_compare", "swap_function", "insert_term", "drop_term")
+# Appended operators keep the draws of configurations that leave them at weight 0 unchanged.
+OPERATORS = (
+    "perturb_constant",
+    "swap_operator",
+    "swap_compare",
+    "swap_function",
+    "insert_term",
+    "drop_term",
+    "jitter_constants",
+)
+# jitter_constants: the spread of its log-normal factors, drawn log-uniformly per edit.
+JITTER_SPREAD = (0.02, 0.2)
 
 
 @dataclass
@@ -226,6 +237,28 @@ class Mutations:
         site, value = self._pick(numbers)
         site.replace(literal(self._new_value(value)))
         return True
+
+    def jitter_constants(self, fn, found: list[Site]) -> bool:
+        """Every free numeric literal at once, each times its own small log-normal factor (zeros
+        stay): a coordinated step of all thresholds and weights together. Near a good heuristic
+        nearly every single-constant edit is a large loss; a joint small step is the move that
+        edits one constant at a time cannot make."""
+        numbers = [
+            (s, value)
+            for s in found
+            if s.free
+            and (value := _number(s.node)) is not None
+            and value != 0
+            and not (isinstance(s.parent, ast.UnaryOp) and isinstance(s.parent.op, ast.USub))
+        ]
+        spread = float(np.exp(self.rng.uniform(*np.log(JITTER_SPREAD))))
+        changed = False
+        for site, value in numbers:
+            new = float(value) * float(np.exp(self.rng.normal(0.0, spread)))
+            if float(f"{new:.3g}") != value:
+                site.replace(literal(new))
+                changed = True
+        return changed
 
     def swap_operator(self, fn, found: list[Site]) -> bool:
         ops = [

@@ -4,7 +4,7 @@ It lets every search run end to end without a model: an ``edit`` rewrites functi
 with a ``# rsi: evolve`` comment line directly above their ``def`` by 1..``max_ops`` random
 operators on the body's syntax tree (perturb a constant, swap an arithmetic or comparison
 operator, swap an elementwise math function, insert a term built from the function's own
-names, drop a term). Every result parses and differs from the input; with ``probe`` set, an
+names, drop a term; with a positive weight, step every constant at once). Every result parses and differs from the input; with ``probe`` set, an
 edit that gives the parent's results (or their order) on a few synthetic inputs is drawn again
 (``_probe``), and with ``local_share`` that share of the edits must change the outcome of at
 most ``local_decisions`` probe calls (a step that is small in what the function decides).
@@ -53,6 +53,12 @@ class OperatorWeights(BaseModel):
     swap_function: float = Field(1.0, ge=0, description="swap an elementwise numpy/math function, domain-guarded")
     insert_term: float = Field(2.0, ge=0, description="add a term, factor, step or np.where branch on names in scope")
     drop_term: float = Field(1.0, ge=0, description="replace an operation by one of its operands")
+    jitter_constants: float = Field(
+        0.0,
+        ge=0,
+        description="scale every numeric literal at once by its own small random factor (a joint step); off by "
+        "default: on a stalled bin-packing member no such step improved it (perf/results/search-quality.md)",
+    )
 
     @model_validator(mode="after")
     def _some_positive(self):
