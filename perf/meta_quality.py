@@ -21,6 +21,7 @@ import contextlib
 import io
 import json
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -30,6 +31,9 @@ import numpy as np
 from algorithms.meta.inner import scores
 from algorithms.meta.proposal_check import PRIORITY_SEED
 from rsi.driver.runner import start_run
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_page import write_page  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = REPO / "configs" / "metasearch.yaml"
@@ -242,7 +246,7 @@ def write(args, seeds, variants, results, repeat_noise: float) -> None:
         f"--candidates {args.candidates}'",
         "```",
     ]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_page(args.out, lines)
     print(f"wrote {args.out}")
 
 

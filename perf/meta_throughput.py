@@ -23,6 +23,7 @@ import argparse
 import multiprocessing
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,6 +35,9 @@ from rsi.config import EvaluatorConfig, TargetConfig
 from rsi.records import RunRecords
 from rsi.results import Request
 from rsi.snapshot import Snapshot
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from results_page import write_page  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -219,7 +223,7 @@ def write(args, n, s_wall, s_inner, rows, fixed, ceiling, load) -> None:
         f"--repeats {args.repeats} --batch-sizes {args.batch_sizes}'",
         "```",
     ]
-    Path(args.out).write_text("\n".join(lines) + "\n")
+    write_page(args.out, lines)
     print(f"wrote {args.out}")
 
 
