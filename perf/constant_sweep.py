@@ -1,4 +1,4 @@
-"""Study: is a stalled member a sharp optimum along each of its constants, or only for random steps?
+"""Study: is a stalled member a sharp optimum along each of its constants (or for one more band)?
 
 Rounds 8 and 17 of ``perf/results/search-quality.md`` drew random edits of a stalled best
 member (single operators, joint log-normal steps of every constant) and found almost none
@@ -7,10 +7,12 @@ gaps take or not by chance. This study sweeps each numeric literal of the heuris
 function, one at a time, over a fixed grid (every half-integer threshold from 0.5 to 99.5 and
 multiples of the value from 1/4 to 4), packs each distinct child on two generated Weibull
 instances (``mutator_binpack``'s study seeds, apart from every benchmark split), and confirms
-the best children of the sweep on the benchmark's own generated train instances. Every child is
-candidate code and packs only in the rollout jail.
+the best children of the sweep on the benchmark's own generated train instances. ``--bands``
+sweeps structure instead: the member's returned expression wrapped in one more band on the gap
+``bins - item`` (a side, a threshold, a rule inside the band, a preference for it). Every child
+is candidate code and packs only in the rollout jail.
 
-    .venv/bin/python perf/constant_sweep.py --source best2/heuristic.py --items 5000 --confirm 20
+    cd perf && ../.venv/bin/python constant_sweep.py --source best2/heuristic.py --items 5000 --confirm 20 [--bands]
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import argparse
 import ast
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -67,63 +70,94 @@ def bins(source: str, lists: list[list[int]]) -> list[int] | None:
     return None if got is None else [len(set(a)) for a in got]
 
 
+def constant_children(source: str) -> list[tuple[str, str, str]]:
+    """(group, change, child) for every literal of the marked function set to every value of its grid."""
+    out = []
+    values = [float(n.value) for n in literals(marked_functions(source, ast.parse(source))[0])]  # type: ignore[arg-type]
+    for index, old in enumerate(values):
+        for value in grid(old):
+            module = ast.parse(source)
+            nodes = literals(marked_functions(source, module)[0])
+            swap = _Swap(nodes, index, int(value) if value.is_integer() else value)
+            out.append((f"literal {index} ({old!r})", f"{old!r} -> {value!r}", ast.unparse(swap.visit(module))))
+    return out
+
+
+BAND_TERMS = ("-({gap})", "{gap}", "0.0")  # best fit, worst fit, first fit inside the band
+BAND_OFFSETS = (-100.0, 0.0, 100.0)  # the band's bins avoided, mixed with the rest, preferred
+
+
+def band_children(source: str) -> list[tuple[str, str, str]]:
+    """(group, change, child) for the member's returned expression wrapped in one more band on the
+    gap ``bins - item``: ``np.where(gap CMP T, TERM + K, member)``, T every even half-integer to 59.5."""
+    fn = marked_functions(source, ast.parse(source))[0]
+    item, bins_ = (a.arg for a in fn.args.args[:2])
+    gap = f"({bins_} - {item})"
+    out = []
+    for cmp in ("<", ">"):
+        for term in BAND_TERMS:
+            for offset in BAND_OFFSETS:
+                for threshold in (k + 0.5 for k in range(0, 60, 2)):
+                    module = ast.parse(source)
+                    target = marked_functions(source, module)[0]
+                    ret = next(n for n in reversed(target.body) if isinstance(n, ast.Return))
+                    band = f"np.where({gap} {cmp} {threshold}, {term.format(gap=gap)} + {offset}, 0)"
+                    wrap = ast.parse(band, mode="eval").body
+                    assert isinstance(wrap, ast.Call) and ret.value is not None
+                    wrap.args[2] = ret.value
+                    ret.value = wrap
+                    group = f"band {cmp} T, {term.format(gap='gap')} {offset:+g}"
+                    out.append((group, f"T {threshold}", ast.unparse(ast.fix_missing_locations(module))))
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, required=True, help="the heuristic to sweep")
     parser.add_argument("--items", type=int, default=5000, help="items per study instance (two instances)")
     parser.add_argument("--confirm", type=int, default=20, help="generated Weibull train instances to confirm on")
     parser.add_argument("--top", type=int, default=5, help="children of the sweep to confirm")
+    parser.add_argument("--bands", action="store_true", help="sweep one more band around the member instead")
     args = parser.parse_args()
     source = args.source.read_text()
     study = train_instances(2, args.items)
     base = bins(source, study)
     assert base is not None, "the swept heuristic fails on the study instances"
     start = time.monotonic()
-    seen: dict[str, int] = {}
-    rows: list[tuple[int, int, float, float, str]] = []  # (delta, literal, old, new, child)
-    values = [float(n.value) for n in literals(marked_functions(source, ast.parse(source))[0])]  # type: ignore[arg-type]
-    for index, old in enumerate(values):
-        better = neutral = worse = crash = 0
-        best = None
-        for value in grid(old):
-            module = ast.parse(source)
-            nodes = literals(marked_functions(source, module)[0])
-            child = ast.unparse(_Swap(nodes, index, int(value) if value.is_integer() else value).visit(module))
-            if child in seen:
-                continue
-            got = bins(child, study)
-            if got is None:
-                crash += 1
-                continue
-            delta = sum(got) - sum(base)
-            seen[child] = delta
-            better += delta < 0
-            neutral += delta == 0
-            worse += delta > 0
-            best = delta if best is None else min(best, delta)
-            if delta < 0:
-                rows.append((delta, index, old, value, child))
-        print(
-            f"literal {index} ({old!r}): better {better}, neutral {neutral}, worse {worse}, crash {crash}, "
-            f"best {best:+d}"
-            if best is not None
-            else f"literal {index} ({old!r}): no child measured",
-            flush=True,
-        )
-    print(f"{len(seen)} distinct children in {time.monotonic() - start:.0f} s; base {sum(base)} bins")
+    seen: set[str] = set()
+    rows: list[tuple[int, str, str]] = []  # (delta, change, child) of the better children
+    groups: dict[str, Counter] = {}
+    for group, change, child in band_children(source) if args.bands else constant_children(source):
+        tally = groups.setdefault(group, Counter())
+        if child in seen:
+            continue
+        seen.add(child)
+        got = bins(child, study)
+        if got is None:
+            tally["crash"] += 1
+            continue
+        delta = sum(got) - sum(base)
+        tally["better" if delta < 0 else "neutral" if delta == 0 else "worse"] += 1
+        tally["best"] = min(tally.get("best", delta), delta)
+        if delta < 0:
+            rows.append((delta, f"{group}: {change}", child))
+    for group, tally in groups.items():
+        counts = ", ".join(f"{k} {tally[k]}" for k in ("better", "neutral", "worse", "crash"))
+        print(f"{group}: {counts}, best {tally['best']:+d}" if "best" in tally else f"{group}: none measured")
+    print(f"{len(seen)} distinct children in {time.monotonic() - start:.0f} s; base {sum(base)} bins", flush=True)
     confirm = [t.input["items"] for t in generated("weibull", "train", args.confirm, None)]
     l1 = sum(l1_bound(items, CAPACITY) for items in confirm)
     parent = bins(source, confirm)
     assert parent is not None
     print(f"confirm on {args.confirm} generated train instances: parent {sum(parent)} bins, L1 {l1}")
-    for delta, index, old, value, child in sorted(rows, key=lambda r: r[0])[: args.top]:
+    for delta, label, child in sorted(rows, key=lambda r: r[0])[: args.top]:
         got = bins(child, confirm)
         if got is None:
-            print(f"  literal {index} {old!r} -> {value!r}: study {delta:+d}, fails on train")
+            print(f"  {label}: study {delta:+d}, fails on train")
             continue
         diff = np.array(got) - np.array(parent)
         print(
-            f"  literal {index} {old!r} -> {value!r}: study {delta:+d} bins; train {int(diff.sum()):+d} bins "
+            f"  {label}: study {delta:+d} bins; train {int(diff.sum()):+d} bins "
             f"({(diff < 0).sum()} better / {(diff > 0).sum()} worse of {len(diff)}), "
             f"excess {100 * (sum(got) - l1) / l1:.3f} % vs {100 * (sum(parent) - l1) / l1:.3f} %"
         )
