@@ -137,12 +137,12 @@ def main() -> None:
             tally["crash"] += 1
             continue
         delta = sum(got) - sum(base)
-        tally["better" if delta < 0 else "neutral" if delta == 0 else "worse"] += 1
+        tally["better" if delta < 0 else "same bins" if delta == 0 else "worse"] += 1
         tally["best"] = min(tally.get("best", delta), delta)
         if delta < 0:
             rows.append((delta, f"{group}: {change}", child))
     for group, tally in groups.items():
-        counts = ", ".join(f"{k} {tally[k]}" for k in ("better", "neutral", "worse", "crash"))
+        counts = ", ".join(f"{k} {tally[k]}" for k in ("better", "same bins", "worse", "crash"))
         print(f"{group}: {counts}, best {tally['best']:+d}" if "best" in tally else f"{group}: none measured")
     print(f"{len(seen)} distinct children in {time.monotonic() - start:.0f} s; base {sum(base)} bins", flush=True)
     confirm = [t.input["items"] for t in generated("weibull", "train", args.confirm, None)]
