@@ -19,18 +19,16 @@ from __future__ import annotations
 
 import argparse
 import ast
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 from mutator_binpack import train_instances  # the edit studies' instances
+from mutator_edit_shares import packings
 
 from benchmarks.binpack.instances import generated
-from benchmarks.binpack.lockstep import jailed_assignments
 from benchmarks.binpack.online import l1_bound
-from rsi.sandbox import Limits
 from rsi.workers._pyedit import Function, marked_functions
 
 CAPACITY = 100
@@ -63,11 +61,9 @@ def grid(value: float) -> list[float]:
 
 
 def bins(source: str, lists: list[list[int]]) -> list[int] | None:
-    """Bins used on each list by ``source``'s heuristic, packed in the rollout jail; None if it fails."""
-    with tempfile.TemporaryDirectory(prefix="rsi-sweep-") as tmp:
-        (Path(tmp) / "heuristic.py").write_text(source)
-        got = jailed_assignments(Path(tmp), lists, CAPACITY, Limits(timeout_s=600))
-    return None if got is None else [len(set(a)) for a in got]
+    """Bins used on each list by ``source``'s heuristic (packed in the rollout jail); None if it fails."""
+    got = packings(source, lists)
+    return None if got is None else [np.unique(a).size for a in got]
 
 
 def constant_children(source: str) -> list[tuple[str, str, str]]:
@@ -89,7 +85,7 @@ BAND_OFFSETS = (-100.0, 0.0, 100.0)  # the band's bins avoided, mixed with the r
 
 def band_children(source: str) -> list[tuple[str, str, str]]:
     """(group, change, child) for the member's returned expression wrapped in one more band on the
-    gap ``bins - item``: ``np.where(gap CMP T, TERM + K, member)``, T every even half-integer to 59.5."""
+    gap ``bins - item``: ``np.where(gap CMP T, TERM + K, member)``, T every other half-integer from 0.5 to 58.5."""
     fn = marked_functions(source, ast.parse(source))[0]
     item, bins_ = (a.arg for a in fn.args.args[:2])
     gap = f"({bins_} - {item})"
@@ -119,10 +115,18 @@ def main() -> None:
     parser.add_argument("--top", type=int, default=5, help="children of the sweep to confirm")
     parser.add_argument("--bands", action="store_true", help="sweep one more band around the member instead")
     args = parser.parse_args()
+    if not args.source.is_file():
+        parser.error(f"--source {args.source}: no such file")
     source = args.source.read_text()
+    try:
+        if not marked_functions(source, ast.parse(source)):
+            parser.error(f"--source {args.source}: no function marked '# rsi: evolve'")
+    except SyntaxError as exc:
+        parser.error(f"--source {args.source}: not Python ({exc.msg}, line {exc.lineno})")
     study = train_instances(2, args.items)
     base = bins(source, study)
-    assert base is not None, "the swept heuristic fails on the study instances"
+    if base is None:
+        parser.error(f"--source {args.source}: the heuristic fails on the study instances")
     start = time.monotonic()
     seen: set[str] = set()
     rows: list[tuple[int, str, str]] = []  # (delta, change, child) of the better children
@@ -148,7 +152,8 @@ def main() -> None:
     confirm = [t.input["items"] for t in generated("weibull", "train", args.confirm, None)]
     l1 = sum(l1_bound(items, CAPACITY) for items in confirm)
     parent = bins(source, confirm)
-    assert parent is not None
+    if parent is None:
+        parser.error(f"--source {args.source}: the heuristic fails on the train instances")
     print(f"confirm on {args.confirm} generated train instances: parent {sum(parent)} bins, L1 {l1}")
     for delta, label, child in sorted(rows, key=lambda r: r[0])[: args.top]:
         got = bins(child, confirm)

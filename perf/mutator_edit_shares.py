@@ -35,8 +35,9 @@ from pathlib import Path
 import numpy as np
 from mutator_binpack import edited, train_instances  # the same edits on the same instances
 
-from benchmarks.binpack.lockstep import jailed_assignment
+from benchmarks.binpack.lockstep import jailed_assignments
 from benchmarks.binpack.online import l1_bound
+from rsi.sandbox import Limits
 from rsi.workers._mutations import scalar_args
 from rsi.workers._probe import compare, load_cases
 from rsi.workers._pyedit import marked_functions, module_names
@@ -49,17 +50,12 @@ SEED = (Path(__file__).resolve().parents[1] / "targets" / "binpack_bestfit" / "h
 
 
 def packings(source: str, instances: list[list[int]]) -> list[np.ndarray] | None:
-    """The assignments of ``source``'s heuristic, packed in the rollout jail (the mutator's
-    output is candidate code and never runs here); None when it fails on any instance."""
+    """The assignments of ``source``'s heuristic, all instances packed in one rollout jail (the
+    mutator's output is candidate code and never runs here); None when it fails on any instance."""
     with tempfile.TemporaryDirectory(prefix="rsi-study-") as tmp:
         (Path(tmp) / "heuristic.py").write_text(source)
-        out = []
-        for items in instances:
-            assignment = jailed_assignment(Path(tmp), items, CAPACITY)
-            if assignment is None:
-                return None
-            out.append(np.asarray(assignment))
-        return out
+        got = jailed_assignments(Path(tmp), instances, CAPACITY, Limits(timeout_s=600))
+    return None if got is None else [np.asarray(a) for a in got]
 
 
 def shares(
