@@ -741,3 +741,67 @@ def test_jitter_constants_moves_every_free_constant_a_little_and_keeps_signs_zer
 
 def test_jitter_constants_is_off_by_default():
     assert MutatorWorker.Config(type="mutator").weights.jitter_constants == 0
+
+
+ONLY_REBUILD = {"perturb_constant": 0, "swap_operator": 0, "swap_compare": 0, "swap_function": 0,
+                "insert_term": 0, "drop_term": 0, "rebuild_band": 1.0}
+
+
+def _band_parts(source: str) -> tuple[str, float, float, float]:
+    """(the quantity, the cut, the first band's constant, the target) of a rebuilt return
+    ``np.where(x < t, k - x, -np.abs(x - c))``; fails on any other shape."""
+    ret = _function(source).body[-1].value
+    assert ast.unparse(ret.func) == "np.where" and len(ret.args) == 3
+    cond, first, rest = ret.args
+    assert isinstance(cond.ops[0], ast.Lt) and len(cond.ops) == 1
+    x = ast.unparse(cond.left)
+    assert isinstance(first, ast.BinOp) and isinstance(first.op, ast.Sub) and ast.unparse(first.right) == x
+    assert ast.unparse(rest.operand.args[0].left) == x and ast.unparse(rest.operand.func) == "np.abs"
+    return x, cond.comparators[0].value, first.left.value, rest.operand.args[0].right.value
+
+
+def test_rebuild_band_puts_a_whole_two_band_rule_on_the_gap_in_place_of_the_return(tmp_path):
+    """Exact fits first, else a gap near a target: the cut is small, the target wider, both drawn
+    around the scale, and the first band always outranks the other (k above the cut)."""
+    root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT})
+    worker = make(seed=3, max_ops=1, weights=ONLY_REBUILD)
+    cuts, targets = [], []
+    for _ in range(40):
+        (root / "heuristic.py").write_text(TYPED_BEST_FIT)
+        assert worker.edit(root, "p").startswith("mutate: rebuild_band in heuristic.py:")
+        x, cut, k, target = _band_parts((root / "heuristic.py").read_text())
+        assert x == "bins - item", "the gap: a difference of the varying array and the scalar"
+        assert k > cut
+        cuts.append(cut)
+        targets.append(target)
+    assert 0.5 <= min(cuts) and max(cuts) <= 20 and min(cuts) < 2 < max(cuts)
+    assert 5 <= min(targets) and max(targets) <= 100 and min(targets) < 40 < max(targets)
+
+
+def test_rebuild_band_orients_the_gap_by_the_recorded_inputs_and_draws_targets_from_them():
+    """Without types to say which name varies, the recorded inputs choose the order that is
+    mostly non-negative; with data thresholds the target lies between two observed gaps above
+    the cut, where a decision on real inputs changes."""
+    from rsi.workers._mutations import Mutations
+    from rsi.workers._probe import load_cases
+    from rsi.workers._pyedit import ModuleNames
+
+    cases = load_cases([{"item": 30, "bins": [30, 35, 52, 100]}, {"item": 12, "bins": [13, 20, 99, 100]}])
+    gaps = np.unique(np.concatenate([c["bins"] - c["item"] for c in cases]))
+    midpoints = {float(f"{(a + b) / 2:.3g}") for a, b in zip(gaps[:-1], gaps[1:])}
+    for seed in range(30):
+        fn = _function("import numpy as np\ndef priority(item, bins):\n    return item - bins\n")
+        assert Mutations(np.random.default_rng(seed), ModuleNames(numpy="np"), 10.0, cases, 1.0).apply("rebuild_band", fn)
+        x, cut, _, target = _band_parts(ast.unparse(fn))
+        assert x == "bins - item"
+        assert target in midpoints and target > cut
+
+
+def test_rebuild_band_needs_numpy_and_is_off_by_default():
+    from rsi.workers._mutations import Mutations
+    from rsi.workers._pyedit import ModuleNames
+
+    fn = _function("def priority(item, bins):\n    return -(bins - item)\n")
+    assert not Mutations(np.random.default_rng(0), ModuleNames()).apply("rebuild_band", fn)
+    assert ast.unparse(fn.body[-1]) == "return -(bins - item)"
+    assert MutatorWorker.Config(type="mutator").weights.rebuild_band == 0

@@ -50,9 +50,14 @@ OPERATORS = (
     "insert_term",
     "drop_term",
     "jitter_constants",
+    "rebuild_band",
 )
 # jitter_constants: the spread of its log-normal factors, drawn log-uniformly per edit.
 JITTER_SPREAD = (0.02, 0.2)
+# rebuild_band: where its two thresholds are drawn, in units of ``scale`` (log-uniform): a small
+# cut for the band that goes first, a wider range for the target of the other.
+REBUILD_CUT = (0.05, 2.0)
+REBUILD_TARGET = (0.5, 10.0)
 
 
 @dataclass
@@ -547,3 +552,54 @@ class Mutations:
             other = _binop(other, ast.Mult(), literal(self._factor()))
         branches = [other, expr] if self.rng.random() < 0.5 else [expr, other]
         return _call(_attr(np_, "where"), self._condition(atom), *branches)
+
+    # ---- rebuild_band: a whole two-band rule in place of the returned value ---------------
+    def rebuild_band(self, fn, found: list[Site]) -> bool:
+        """Replace a returned (or assigned) value by a two-band rule on one quantity ``x``,
+        ``np.where(x < t, k - x, -np.abs(x - c))``: below a small cut ``t`` the smaller ``x`` the
+        better, ahead of everything else (``k`` exceeds ``t``); above it, the nearer ``x`` to a
+        target ``c`` the better. It is the shape of the hand rules that reach the published
+        level on Weibull bin packing (``x`` the gap a bin would keep: exact fits first, else
+        leave a gap near ``c``). insert_term builds it only one condition at a time, through
+        intermediates that each lose; this offers it whole, and later edits tune and extend it.
+        ``x`` is a difference of two names in scope (one of them varying), oriented so it is
+        mostly non-negative on the recorded inputs when there are any; with data thresholds on,
+        ``c`` is drawn between observed values of ``x`` above the cut."""
+        np_ = self.names.numpy
+        roots = [s for s in found if s.free and s.root]
+        if np_ is None or not roots:
+            return False
+        site = self._pick(roots)
+        x = self._gap(fn, site)
+        if x is None:
+            return False
+        cut = self._magnitude(*REBUILD_CUT)
+        observed = self._observed(x) if self.data_thresholds > 0 and self.rng.random() < self.data_thresholds else None
+        target = self._between(observed[observed > cut] if observed is not None else None)
+        target = self._magnitude(*REBUILD_TARGET) if target is None else target
+        first = _binop(literal(100.0 * self.scale), ast.Sub(), clone(x))
+        rest = ast.UnaryOp(ast.USub(), self._abs(_binop(clone(x), ast.Sub(), literal(target))))
+        cond = ast.Compare(left=clone(x), ops=[ast.Lt()], comparators=[literal(cut)])
+        site.replace(_call(_attr(np_, "where"), cond, first, rest))
+        return True
+
+    def _gap(self, fn, site: Site) -> ast.expr | None:
+        """``a - b`` for two names in scope at ``site`` (one of them varying between elements),
+        oriented by the recorded inputs so that it is mostly non-negative; one varying name
+        when there is no second."""
+        names = [a.arg for a in _arguments(fn)]
+        for stmt in fn.body[: site.stmt]:
+            names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        names = list(dict.fromkeys(names))
+        varying = [n for n in names if n not in getattr(self, "_scalars", set())] or names
+        if not names:
+            return None
+        if len(names) < 2:
+            return ast.Name(varying[0], ast.Load())
+        a = self._pick(varying)
+        b = self._pick([n for n in names if n != a])
+        x = _binop(ast.Name(a, ast.Load()), ast.Sub(), ast.Name(b, ast.Load()))
+        values = self._observed(x) if self.cases else None
+        if values is not None and values.size and float(np.median(values)) < 0:
+            x = _binop(ast.Name(b, ast.Load()), ast.Sub(), ast.Name(a, ast.Load()))
+        return x

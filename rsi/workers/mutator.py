@@ -59,6 +59,13 @@ class OperatorWeights(BaseModel):
         description="scale every numeric literal at once by its own small random factor (a joint step); off by "
         "default: on a stalled bin-packing member no such step improved it (perf/results/search-quality.md)",
     )
+    rebuild_band: float = Field(
+        0.0,
+        ge=0,
+        description="replace a returned value by a whole two-band rule on a difference of two names, "
+        "np.where(x < t, k - x, -np.abs(x - c)) (the shape of the hand rules that reach the published level "
+        "on Weibull bin packing); off by default",
+    )
 
     @model_validator(mode="after")
     def _some_positive(self):
