@@ -421,11 +421,7 @@ class Mutations:
     def _atom(self, fn, found: list[Site], site: Site) -> ast.expr | None:
         """A quantity to build on: an existing subexpression of the body (copied, so the tree
         never contains itself), a difference of two names in scope, or one name."""
-        names = [a.arg for a in _arguments(fn)]
-        for stmt in fn.body[: site.stmt]:
-            names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-        names = list(dict.fromkeys(names))
-        varying = [n for n in names if n not in getattr(self, "_scalars", set())] or names
+        names, varying = self._in_scope(fn, site)
         u = self.rng.random()
         atom = self._existing(found) if u < ATOM_SHARE["existing"] or not names else None
         if atom is not None:
@@ -439,6 +435,15 @@ class Mutations:
             first, second = (a, b) if self.rng.random() < 0.5 else (b, a)
             return _binop(ast.Name(first, ast.Load()), ast.Sub(), ast.Name(second, ast.Load()))
         return ast.Name(self._pick(varying), ast.Load()) if names else None
+
+    def _in_scope(self, fn, site: Site) -> tuple[list[str], list[str]]:
+        """The names an expression at ``site`` may use (arguments, then names bound by earlier
+        statements), and those of them that vary between elements (all, when none is known to)."""
+        names = [a.arg for a in _arguments(fn)]
+        for stmt in fn.body[: site.stmt]:
+            names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
+        names = list(dict.fromkeys(names))
+        return names, [n for n in names if n not in getattr(self, "_scalars", set())] or names
 
     def _existing(self, found: list[Site]) -> ast.expr | None:
         """A random compound subexpression relating at least two names (the quantities that
@@ -587,11 +592,7 @@ class Mutations:
         """``a - b`` for two names in scope at ``site`` (one of them varying between elements),
         oriented by the recorded inputs so that it is mostly non-negative; one varying name
         when there is no second."""
-        names = [a.arg for a in _arguments(fn)]
-        for stmt in fn.body[: site.stmt]:
-            names += [n.id for n in ast.walk(stmt) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)]
-        names = list(dict.fromkeys(names))
-        varying = [n for n in names if n not in getattr(self, "_scalars", set())] or names
+        names, varying = self._in_scope(fn, site)
         if not names:
             return None
         if len(names) < 2:
