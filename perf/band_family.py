@@ -52,8 +52,10 @@ def main() -> None:
     parser.add_argument("--cuts", type=float, nargs="+", default=[1, 2, 3, 4, 6])
     parser.add_argument("--targets", type=float, nargs=3, default=[30, 58, 2], metavar=("FROM", "TO", "STEP"))
     args = parser.parse_args()
+    targets = list(np.arange(*args.targets)) if args.targets[2] > 0 else []
+    if args.instances < 1 or not targets:
+        parser.error("need --instances of at least 1 and --targets FROM TO STEP with FROM < TO and STEP > 0")
     _TASKS[:] = generated("weibull", "train", count=args.instances)
-    targets = list(np.arange(*args.targets))
     rules = list(itertools.product(args.cuts, targets))
     start = time.perf_counter()
     with Pool(2) as pool:
