@@ -33,10 +33,11 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from _cluster import FakeAutoscalingCluster, decisions, slow_table_scenario  # noqa: E402
 
-SCENARIO = {"train": 8, "test": 2, "edits": ("v2", "v1"), "sleep_s": 1.0}
+SLEEP_S = 1.0  # seconds each scripted rollout sleeps
+SCENARIO = {"train": 8, "test": 2, "edits": ("v2", "v1"), "sleep_s": SLEEP_S}
 
 
-def scenario(root: Path, sleep_s: float = SCENARIO["sleep_s"]) -> Path:
+def scenario(root: Path, sleep_s: float = SLEEP_S) -> Path:
     """The config both runs use (DarwinX, seed 11, 8 train tasks, two scripted edits)."""
     return slow_table_scenario(root, **{**SCENARIO, "sleep_s": sleep_s})
 
@@ -78,7 +79,10 @@ def submit(
         deadline = time.monotonic() + timeout
         while kill and killed is None:
             if proc.poll() is not None:
-                raise RuntimeError("the run ended before a worker node could be killed:\n" + proc.stdout.read()[-3000:])
+                raise RuntimeError(
+                    "the run ended before a worker node could be killed:\n"
+                    + (proc.stdout.read() if proc.stdout else "")[-3000:]
+                )
             if time.monotonic() > deadline:
                 raise RuntimeError("no worker node ran a rollout after the first decision")
             busy = cluster.busy_workers("solve.py") if decisions(run_dir) else []
@@ -182,7 +186,7 @@ def _killed(run: dict, samples: list[dict], run_traces: list[dict]) -> dict:
     }
 
 
-def measure(root: Path, sleep_s: float = SCENARIO["sleep_s"]) -> dict:
+def measure(root: Path, sleep_s: float = SLEEP_S) -> dict:
     """Both runs on one cluster, each from an empty cluster, each followed by its scale-down."""
     config = scenario(root, sleep_s)
     cluster = FakeAutoscalingCluster()

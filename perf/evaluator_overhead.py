@@ -113,7 +113,7 @@ def main() -> None:
         }
         for fn in variants.values():  # warm: Ray worker processes, snapshot on the node, imports
             fn(-1)
-        times = {name: [] for name in variants}
+        times: dict[str, list[float]] = {name: [] for name in variants}
         for r in range(args.rounds):
             for name, fn in variants.items():
                 times[name].append(timed(lambda: fn(r)))

@@ -76,7 +76,7 @@ def main() -> None:
     head = " | ".join(f"{k} B/step" for k in kinds)
     print(f"| steps | driver RSS at end (MiB) | all bytes/step | {head} | s/step |")
     print("| --- | --- | --- | --- | --- |" + " --- |" * (len(kinds) - 1))
-    prev_step, prev_bytes, prev_t = 0, Counter(), 0.0
+    prev_step, prev_bytes, prev_t = 0, Counter[str](), 0.0
     for end in range(width, args.steps + 1, width):
         inside = [s for s in samples if s[0] <= end]
         if not inside:

@@ -50,10 +50,10 @@ def pairs(base: int, n: int) -> list[tuple[int, int]]:
 def table(ps: list[tuple[int, int]], budget: int) -> list[str]:
     seed = {f: scores(FlatPuct(1.0), f, ps, budget) for f in (SOURCE, TARGET)}
     greedy_source = scores(FlatPuct(0.0), SOURCE, ps, budget)
-    sweep = {}
+    sweep: dict[str, tuple[float, float]] = {}
     for c in C_SWEEP:
         got = {f: scores(FlatPuct(c), f, ps, budget) for f in (SOURCE, TARGET)}
-        sweep[f"c={c:g}"] = tuple(float((got[f] - seed[f]).mean()) for f in (SOURCE, TARGET))
+        sweep[f"c={c:g}"] = (float((got[SOURCE] - seed[SOURCE]).mean()), float((got[TARGET] - seed[TARGET]).mean()))
     rows = [
         "| rule | SOURCE gain ± SE | TARGET gain ± SE | transfer | vs c-front | SOURCE vs c = 0 ± SE |",
         "| --- | --- | --- | --- | --- | --- |",

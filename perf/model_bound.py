@@ -150,7 +150,7 @@ def main() -> None:
 
         def bare(salt: str):
             ref, remote = ray.put(waiting), ray.remote(bare_one).options(num_cpus=0)
-            queue, pending = list(tasks), []
+            queue, pending = list(tasks), list[ray.ObjectRef]()
             while queue or pending:
                 while queue and len(pending) < args.lanes:
                     pending.append(remote.remote(ref, queue.pop()))

@@ -105,7 +105,7 @@ def shares(
                 out["better" if bins < base_bins else "worse"] += 1
                 out["large"] += bins - l1 <= (base_bins - l1) / 2
             moved = decisions_changed(source, child, cases, config.constant_scale) if by_decisions is not None else None
-            if moved is not None:
+            if moved is not None and by_decisions is not None:
                 bucket = next(b for b in BUCKETS if b[0] <= moved <= b[1])
                 by_decisions.setdefault(bucket, []).append(bins - base_bins)
     return out

@@ -83,7 +83,7 @@ def reap_all(timeout: float = 30.0, keep_roots: tuple[int, ...] = (), grace: flo
     """Wait for every descendant of this process (but ``keep_roots`` and theirs) to end, then
     SIGTERM and at last SIGKILL the stragglers, reaping all; returns how many were killed."""
     start = time.monotonic()
-    deadline, killed, signalled = start + timeout, 0, {}
+    deadline, killed, signalled = start + timeout, 0, dict[int, signal.Signals]()
     while True:
         while True:
             try:
@@ -247,14 +247,14 @@ def rsi_records(run_dir: Path) -> dict:
     screened = [d for d in decisions if d["kind"] == "screen"]
     confirmed = [d for d in decisions if d["kind"] == "confirm"]
     declined = [d for d in decisions if d["kind"] not in ("seed", "screen", "confirm", "merge", "promote", "test")]
-    promote = next((d for d in decisions if d["kind"] == "promote"), {})
+    promote: dict = next((d for d in decisions if d["kind"] == "promote"), {})
     calls = []  # one per evaluate() call: (index, end time from the file name, rollout seconds)
     for f in sorted((run_dir / "rollouts").glob("*-train-*.parquet")):
         ts, _, n = f.stem.split("-")
         t = pq.read_table(f, columns=["duration_s"])
         calls.append((int(n), int(ts) / 1e9, sum(t.column("duration_s").to_pylist()), t.num_rows))
     calls.sort()
-    batches, nodes = [], {}
+    batches, nodes = [], dict[str, int]()
     for f in (run_dir / "traces").glob("*-train-*.jsonl.gz"):
         with gzip.open(f, "rt") as fh:
             for line in fh:
@@ -440,7 +440,7 @@ def fmt(r: dict, key: str | None, spec: str | None) -> str:
     v = r.get(key)
     if v is None:
         return "n/a"
-    return " + ".join(str(x) for x in v) if spec == "list" else spec.format(v)
+    return " + ".join(str(x) for x in v) if spec == "list" else (spec or "{}").format(v)
 
 
 def ratio(a: dict, b: dict, key: str | None) -> str:

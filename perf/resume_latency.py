@@ -90,6 +90,7 @@ class Driver:
     """An ``rsi`` process in its own session; records when each stdout line arrived."""
 
     def __init__(self, env: dict, *args: str):
+        self.command = args[0]
         self.lines: list[tuple[float, str]] = []
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "rsi.driver.cli", *args],
@@ -103,6 +104,7 @@ class Driver:
         threading.Thread(target=self._read, daemon=True).start()
 
     def _read(self) -> None:
+        assert self.proc.stdout is not None  # opened with stdout=PIPE
         for line in self.proc.stdout:
             self.lines.append((time.monotonic(), line))
 
@@ -144,7 +146,7 @@ def wait_for(cond, driver: Driver, timeout: float = 300, poll: float = 0.01) -> 
             driver.kill()
             if RAY_DID_NOT_START in out:
                 raise RayDidNotStart(out)
-            raise RuntimeError(f"{driver.proc.args[3]} stopped before the mark (exit {driver.proc.returncode}):\n{out}")
+            raise RuntimeError(f"{driver.command} stopped before the mark (exit {driver.proc.returncode}):\n{out}")
         time.sleep(poll)
     return time.monotonic()
 
@@ -177,6 +179,7 @@ def one_round(config: Path, root: Path, env: dict, r: int) -> dict:
     t_resumed_first = wait_for(lambda: parquet_files(run_dir) - stored, resume)
     wait_for(lambda: resume.line_time("resume: continuing") is not None, resume)
     t_resumed_ready = resume.line_time("resume: continuing")
+    assert t_resumed_ready is not None  # wait_for returned only once the line was there
     resume.kill()
     return {
         "resume_ready": t_resumed_ready - t_kill,
@@ -202,7 +205,8 @@ def main() -> None:
     load0 = os.getloadavg()[0]
     try:
         config = scenario(root, args.sleep)
-        rounds, discarded = [], 0
+        rounds: list[dict] = []
+        discarded = 0
         while len(rounds) < args.rounds:
             try:
                 rounds.append(one_round(config, root, env, len(rounds) + discarded))

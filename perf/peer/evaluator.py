@@ -31,6 +31,8 @@ TASKS = generated("weibull", "train")
 
 def _load(program_path: str):
     spec = importlib.util.spec_from_file_location("candidate_program", program_path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load a program from {program_path}")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.priority

@@ -20,10 +20,7 @@ import itertools
 import threading
 import time
 
-try:
-    from rsi.scripted_server import ScriptedServer
-except ImportError:  # pragma: no cover - the module's other home
-    from rsi.testing.scripted_server import ScriptedServer  # type: ignore[no-redef]
+from rsi.testing.scripted_server import ScriptedServer
 
 VARIANTS = [
     "return -(bins - item)",
