@@ -64,7 +64,7 @@ class OperatorWeights(BaseModel):
         ge=0,
         description="replace a returned value by a whole two-band rule on a difference of two names, "
         "np.where(x < t, k - x, -np.abs(x - c)) (the shape of the hand rules that reach the published level "
-        "on Weibull bin packing); off by default",
+        "on Weibull bin packing); off by default, 4 in configs/binpack_hour.yaml",
     )
 
     @model_validator(mode="after")
