@@ -104,7 +104,7 @@ def test_many_seeds_from_best_fit_all_parse_and_differ(tmp_path):
     results = set()
     for seed in range(100):
         root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT}, name=f"c{seed}")
-        make(seed=seed).edit(root, "improve")
+        make(seed=seed, probe="off").edit(root, "improve")  # the operators alone (the probe only redraws)
         new = (root / "heuristic.py").read_text()
         ast.parse(new)
         assert new != BEST_FIT and new.startswith(f"import numpy as np\n\n\n{MARKER}\ndef priority(item, bins):\n")
@@ -167,7 +167,7 @@ def test_bin_packing_terms_use_the_functions_own_names(tmp_path):
     seen = set()
     for seed in range(60):
         root = checkout_with(tmp_path, {"heuristic.py": BEST_FIT}, name=f"c{seed}")
-        make(seed=seed, max_ops=1).edit(root, "improve")
+        make(seed=seed, max_ops=1, probe="off").edit(root, "improve")
         fn = next(n for n in ast.walk(ast.parse((root / "heuristic.py").read_text())) if isinstance(n, ast.FunctionDef))
         seen |= {n.id for n in ast.walk(fn) if isinstance(n, ast.Name)}
         seen |= {n.attr for n in ast.walk(fn) if isinstance(n, ast.Attribute)}
@@ -462,21 +462,22 @@ def test_probe_inputs_show_the_functions_real_domain(tmp_path):
 def test_mutator_reads_probe_inputs_from_the_checkout(tmp_path):
     """With recorded inputs in the checkout, fewer of the mutator's edits of best fit rank the
     recorded bins as best fit does than with the synthetic probe alone."""
-    from rsi.workers._probe import compare, load_cases
+    from rsi.workers._probe import Probe, compare_many, load_cases
     from rsi.workers._pyedit import ModuleNames
 
     recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
     cases = load_cases(recorded)
 
     def neutral_count(probe_inputs):
-        count = 0
+        children = []
         for seed in range(25):  # 7 of these 25 edits are neutral on the recorded bins with the synthetic probe
             root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps(recorded)},
                                  name=f"{probe_inputs}{seed}")
             make(seed=seed, probe="order", probe_inputs=probe_inputs).edit(root, "improve")
-            child = _function((root / "heuristic.py").read_text())
-            count += compare(_function(TYPED_BEST_FIT), child, ModuleNames(numpy="np"), {"item"}, 10.0, "order", cases).neutral
-        return count
+            children.append(_function((root / "heuristic.py").read_text()))
+        parent, names = _function(TYPED_BEST_FIT), ModuleNames(numpy="np")
+        return sum(c.neutral for c in compare_many([Probe(parent, child, names, {"item"}, 10.0, "order", cases)
+                                                    for child in children]))
 
     synthetic, with_inputs = neutral_count("missing.json"), neutral_count("probe.json")
     assert synthetic >= 4 and with_inputs < synthetic / 2
@@ -533,6 +534,65 @@ def test_local_edits_change_at_most_local_decisions_of_the_recorded_calls(tmp_pa
     local = moved(1.0)
     assert len(local) >= 3 and max(local) <= 2, local
     assert max(moved(0.0)) > 2
+
+
+def test_edits_probed_in_batches_are_the_edits_probed_one_at_a_time(tmp_path, monkeypatch):
+    """Drawing ``PROBE_BATCH`` edits and probing them in one jailed process makes exactly the
+    edits (and leaves exactly the generator state) of drawing and probing one at a time, with
+    fewer jail starts; the batches are counted by a spy around the probe's one jail call."""
+    import rsi.workers._probe as probe
+    import rsi.workers.mutator as mutator
+
+    recorded = json.loads((Path(__file__).resolve().parents[1] / "targets/binpack_bestfit/probe.json").read_text())
+    jails = [0]
+    real_run = probe._run
+
+    def counting_run(jobs):
+        jails[0] += 1
+        return real_run(jobs)
+
+    monkeypatch.setattr(probe, "_run", counting_run)
+
+    def edits(batch: int) -> tuple[list, int]:
+        monkeypatch.setattr(mutator, "PROBE_BATCH", batch)
+        jails[0], out = 0, []
+        for seed in range(3):
+            root = checkout_with(tmp_path, {"heuristic.py": TYPED_BEST_FIT, "probe.json": json.dumps(recorded)},
+                                 name=f"b{batch}-{seed}")
+            worker = make(seed=seed, probe="order", probe_inputs="probe.json", local_share=1.0)
+            replies = [worker.edit(root, "improve") for _ in range(2)]
+            out.append((replies, (root / "heuristic.py").read_text(), worker.get_state()["rng"]))
+        return out, jails[0]
+
+    one_by_one, starts_one = edits(1)
+    batched, starts_batched = edits(mutator.PROBE_BATCH if mutator.PROBE_BATCH > 1 else 8)
+    assert batched == one_by_one
+    assert any("redrawn" in r for replies, _, _ in one_by_one for r in replies), "some draws were redrawn"
+    assert starts_batched < starts_one / 2, (starts_batched, starts_one)
+
+
+def test_a_batch_whose_jail_fails_as_a_whole_probes_each_edit_alone(monkeypatch):
+    """A batch whose jailed process fails as a whole costs no edit its verdict: each is probed
+    again alone, as one at a time. Here the batch's answer outgrows the jail's output limit
+    (long recorded inputs: one probe's results fit, three probes' do not)."""
+    import rsi.workers._probe as probe
+    from rsi.workers._probe import Probe, compare, compare_many
+    from rsi.workers._pyedit import ModuleNames
+
+    rng = np.random.default_rng(0)
+    cases = [{"item": float(rng.uniform(0, 50)), "bins": rng.uniform(50, 100, size=300)} for _ in range(64)]
+    names = ModuleNames(numpy="np")
+    parent = _function(TYPED_BEST_FIT)
+    children = [_function(f"def priority(item: float, bins: np.ndarray):\n    return {body}\n")
+                for body in ("-(bins - item) * 2", "-(bins - item) + (bins > 70) * 40.0", "bins - item")]
+    probes = [Probe(parent, child, names, {"item"}, 10.0, "order", cases) for child in children]
+    alone = [compare(*p) for p in probes]
+    calls = []
+    real_run = probe._run
+    monkeypatch.setattr(probe, "_run", lambda jobs: calls.append(len(jobs)) or real_run(jobs))
+    assert compare_many(probes) == alone
+    assert calls == [3, 1, 1, 1], "the batch failed, then each probe ran alone"
+    assert [c.neutral for c in alone] == [True, False, False] and all(c.calls == 64 for c in alone)
 
 
 def test_local_edits_need_a_probe():

@@ -12,8 +12,10 @@ Only pure expression functions are probed: assignments to plain names and ``retu
 arguments, numeric literals, arithmetic, comparisons, ``where``-style selections and elementwise
 numpy/math calls. Anything else (loops, other calls, attribute reads, strings, containers, big
 integer powers) is not run at all and counts as "changed". What passes that check still runs only
-in the rollout jail (``probe_harness.py``, one jailed process per probe: parent and child on the
-same inputs): the check keeps the probe meaningful, the jail keeps it contained.
+in the rollout jail (``probe_harness.py``): the check keeps the probe meaningful, the jail keeps it
+contained. ``compare_many`` probes several edits in one jailed process (each its parent and child
+on the same inputs), since starting the jail costs far more than the arithmetic: the mutator
+probes a batch of drawn edits at once (``mutator.PROBE_BATCH``).
 """
 
 from __future__ import annotations
@@ -156,11 +158,8 @@ def probe_inputs(fn: Function, scalars: set[str], scale: float, seed: int = 0) -
     return cases
 
 
-def _run(fns: list[Function], names: ModuleNames, cases: list[dict]) -> list[list[np.ndarray] | None]:
-    """Each function's results on ``cases``, computed in the rollout jail (``probe_harness.py``):
-    the functions are candidate code, so they never run in this process, whatever the AST check
-    above allowed. None for a function that failed, and for all when the jail could not run."""
-    spec = {
+def _spec(fns: list[Function], names: ModuleNames, cases: list[dict]) -> dict:
+    return {
         "functions": [
             ast.unparse(ast.fix_missing_locations(ast.Module(body=[_bare(fn)], type_ignores=[]))) for fn in fns
         ],
@@ -170,15 +169,28 @@ def _run(fns: list[Function], names: ModuleNames, cases: list[dict]) -> list[lis
         "builtins": sorted(BUILTIN_CALLS),
         "cases": [{k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in c.items()} for c in cases],
     }
+
+
+def _run(jobs: list[tuple[list[Function], ModuleNames, list[dict]]]) -> list[list[list[np.ndarray] | None]] | None:
+    """For each job (functions, module names, cases), each function's results on the cases,
+    computed in one jailed process (``probe_harness.py``): the functions are candidate code, so
+    they never run in this process, whatever the AST check above allowed. A function that failed
+    gets None; the whole answer is None when the jail could not run or answered out of form."""
+    spec = {"jobs": [_spec(fns, names, cases) for fns, names, cases in jobs]}
     try:
         with tempfile.TemporaryDirectory(prefix="rsi-probe-") as tmp:
             out = run_program([sys.executable, "-I", str(HARNESS)], Path(tmp), spec, PROBE_LIMITS, harness=MOUNTS)
     except RsiError:  # no jail on this machine (ConfigError included): the probe decides nothing
-        return [None] * len(fns)
+        return None
     got = out.output.get("results") if out.status == "ok" and out.output else None
-    if not isinstance(got, list) or len(got) != len(fns):
-        return [None] * len(fns)
-    return [_arrays(r, len(cases)) for r in got]
+    if not isinstance(got, list) or len(got) != len(jobs):
+        return None
+    answer = []
+    for (fns, _, cases), results in zip(jobs, got):
+        if not isinstance(results, list) or len(results) != len(fns):
+            return None
+        answer.append([_arrays(r, len(cases)) for r in results])
+    return answer
 
 
 def _arrays(result: object, n: int) -> list[np.ndarray] | None:
@@ -222,6 +234,18 @@ class Comparison(NamedTuple):
     calls: int = 0
 
 
+class Probe(NamedTuple):
+    """One edit to probe: ``compare``'s arguments."""
+
+    parent: Function
+    child: Function
+    names: ModuleNames
+    scalars: set[str]
+    scale: float
+    mode: ProbeMode
+    cases: list[dict] | None = None
+
+
 def compare(
     parent: Function,
     child: Function,
@@ -236,27 +260,48 @@ def compare(
     function's decisions on its inputs rather than in its text. Not neutral, with no count, when
     either is not a pure expression function or fails on the probe. ``cases``: argument sets to
     call with (example inputs of the function); default the synthetic ``probe_inputs``."""
-    if mode == "off" or not (is_pure(parent, names) and is_pure(child, names)):
-        return Comparison(False)
-    if cases is not None:
-        wanted = {a.arg for a in parent.args.args}
-        cases = [c for c in cases if set(c) == wanted]
-    if not cases:
-        cases = probe_inputs(parent, scalars, scale)
-    a, b = _run([parent, child], names, cases)
+    return compare_many([Probe(parent, child, names, scalars, scale, mode, cases)])[0]
+
+
+def compare_many(probes: list[Probe]) -> list[Comparison]:
+    """``compare`` for each probe, with every probe that can run computed in one jailed process.
+    The same as one ``compare`` each: where that process fails as a whole (say, one function
+    exhausts its limits), each probe runs again alone, so one edit's failure is its own."""
+    jobs: dict[int, tuple[list[Function], ModuleNames, list[dict]]] = {}
+    for k, p in enumerate(probes):
+        if p.mode == "off" or not (is_pure(p.parent, p.names) and is_pure(p.child, p.names)):
+            continue
+        cases = p.cases
+        if cases is not None:
+            wanted = {a.arg for a in p.parent.args.args}
+            cases = [c for c in cases if set(c) == wanted]
+        if not cases:
+            cases = probe_inputs(p.parent, p.scalars, p.scale)
+        jobs[k] = ([p.parent, p.child], p.names, cases)
+    results = _run(list(jobs.values())) if jobs else []
+    if results is None:
+        results = [r[0] if (r := _run([job])) is not None else [None, None] for job in jobs.values()]
+    found = dict(zip(jobs, results))
+    return [
+        _judge(found[k][0], found[k][1], probes[k].mode, len(jobs[k][2])) if k in found else Comparison(False)
+        for k in range(len(probes))
+    ]
+
+
+def _judge(a: list[np.ndarray] | None, b: list[np.ndarray] | None, mode: ProbeMode, n: int) -> Comparison:
     if a is None or b is None:
         return Comparison(False)
     if any(x.shape != y.shape for x, y in zip(a, b)):
-        return Comparison(False, len(cases), len(cases))
+        return Comparison(False, n, n)
     changed = sum(not _same_outcome(x, y, mode) for x, y in zip(a, b))
     if all(np.array_equal(x, y, equal_nan=True) for x, y in zip(a, b)):
-        return Comparison(True, 0, len(cases))
+        return Comparison(True, 0, n)
     if mode != "order":
-        return Comparison(False, changed, len(cases))
+        return Comparison(False, changed, n)
     if all(x.ndim == 0 for x in a):  # one number per call: compare the calls with each other
         a, b = [np.array([float(x) for x in a])], [np.array([float(y) for y in b])]
     same = all(np.array_equal(_pairwise(x), _pairwise(y), equal_nan=True) for x, y in zip(a, b))
-    return Comparison(same, changed, len(cases))
+    return Comparison(same, changed, n)
 
 
 def _same_outcome(x: np.ndarray, y: np.ndarray, mode: ProbeMode) -> bool:

@@ -1,12 +1,13 @@
-"""The mutator's probe, run inside the rollout jail: calls two versions of a marked function on
-the same inputs and prints their results.
+"""The mutator's probe, run inside the rollout jail: for each of several jobs, calls versions of
+a marked function (a parent and a child) on the same inputs and prints their results.
 
-Jailed script (see ``rsi.workers._probe``): stdin holds one JSON object ``{"functions": [source,
-...], "name": function name, "numpy": alias or null, "math": alias or null, "builtins": [names],
-"cases": [{argument: number or list of numbers}, ...]}``; stdout gets ``{"results": [[result per
-case] or null per function]}``, a result being a number or a list of numbers (NaN and the
-infinities as the strings "nan", "inf", "-inf": the sandbox accepts finite JSON numbers only). A function that raises on any case
-gets null. It imports nothing of this project: it is mounted alone under ``/harness``.
+Jailed script (see ``rsi.workers._probe``): stdin holds one JSON object ``{"jobs": [job, ...]}``,
+a job being ``{"functions": [source, ...], "name": function name, "numpy": alias or null, "math":
+alias or null, "builtins": [names], "cases": [{argument: number or list of numbers}, ...]}``;
+stdout gets ``{"results": [[[result per case] or null per function] per job]}``, a result being a
+number or a list of numbers (NaN and the infinities as the strings "nan", "inf", "-inf": the
+sandbox accepts finite JSON numbers only). A function that raises on any case gets null. It
+imports nothing of this project: it is mounted alone under ``/harness``.
 """
 
 import builtins
@@ -46,10 +47,10 @@ def _wire(value):
 
 
 def main():
-    spec = json.load(sys.stdin)
+    jobs = json.load(sys.stdin)["jobs"]
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
-        found = [results(src, spec) for src in spec["functions"]]
+        found = [[results(src, job) for src in job["functions"]] for job in jobs]
     sys.stdout.write(json.dumps({"results": found}) + "\n")
 
 
