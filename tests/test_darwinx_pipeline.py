@@ -40,13 +40,19 @@ def _scenario(root: Path) -> Path:
                           params={"screen_size": 2, "screen_samples": 1, "confirm_samples": 2, "max_steps": 8,
                                   "parallel_candidates": 4, "merge_every": 0, "duplicate_retries": 0,
                                   "exploration_probability": 0.5})
-    # The slow screens outlast a fast candidate's screen, its decision and its confirm's sizing
-    # by seconds, so the overlap shows on a loaded machine too (at 0.8 s it once missed by 10 ms).
+    # A slow version sleeps on one task only (t2, in both slow versions' screens), so one of the
+    # session's two CPUs always stays free for the other rollouts: a fast candidate's screen,
+    # its parent's rows and its confirm's sizing then finish seconds before the slow screen
+    # ends, even on a loaded machine. (Sleeping on every task let the slow rollouts hold both
+    # CPUs while the fast candidate's parent rows queued behind them: the overlap then hung on
+    # tens of milliseconds and was once missed by 80 ms.)
     solve = root / "target" / "solve.py"
     solve.write_text(solve.read_text().replace(
         "    sys.stdin.read()",
-        "    __import__('time').sleep(3.0 if (Path(__file__).resolve().parent / 'VERSION').read_text().strip()"
-        f" in {SLOW!r} else 0.02)\n    sys.stdin.read()"))
+        "    task = json.loads(sys.stdin.read())\n"
+        "    slow = (Path(__file__).resolve().parent / 'VERSION').read_text().strip()"
+        f" in {SLOW!r} and task['task_id'] == 't2'\n"
+        "    __import__('time').sleep(6.0 if slow else 0.02)"))
     return path
 
 
