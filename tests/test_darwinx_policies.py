@@ -7,6 +7,9 @@ import pytest
 from _runs import of, run
 from test_darwinx import SPLITS, scenario, version
 
+from algorithms.darwinx import configured_policies
+from algorithms.slots import ExploreOrBestLineage
+from rsi.config import load_config
 from rsi.driver.cli import main
 
 TABLE = {"splits": SPLITS, "scores": {
@@ -24,22 +27,36 @@ def parents(tmp_path, algorithm):
     return [names[d["parent_id"]] for d in of(decisions, "screen")]
 
 
+def parent_rule(tmp_path, algorithm):
+    """The parent rule a run of this config would use, resolved from the config file as a run does."""
+    config = scenario(tmp_path, TABLE, EDITS, {"max_steps": 4, "merge_every": 0, **algorithm})
+    return configured_policies(load_config(config).algo_params)["parent_selection"]
+
+
 def test_a_configured_parent_rule_is_the_one_the_run_uses(tmp_path, ray_session):
     # Always exploit: after v1 (+0.3) and v3 (+0.7 over the seed, built on v1) are admitted,
     # every later parent is the best lineage. Always explore with the same seed draws differently.
-    exploit = parents(tmp_path / "a", {"policies": {
-        "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 0.0}}})
+    exploit_cfg = {"policies": {"parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 0.0}}}
+    exploit = parents(tmp_path / "a", exploit_cfg)
     assert exploit == ["v0", "v1", "v3"]
-    via_param = parents(tmp_path / "b", {"exploration_probability": 0.0})
-    assert via_param == exploit, "the rule by name equals the paper's rule with the same parameter"
     explore = parents(tmp_path / "c", {"exploration_probability": 0.0, "policies": {
         "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 1.0}}})
     assert explore != exploit, "the configured policy overrides exploration_probability"
-    unset = parents(tmp_path / "d", {"exploration_probability": 0.0, "policies": {
-        "parent_selection": {"rule": "explore_or_best_lineage"}}})
-    assert unset == exploit, "a rule named without its probability takes the algorithm's"
     narrowed = parents(tmp_path / "e", {"exploration_probability": 1.0, "explore_top": 0.0})
     assert narrowed == exploit, "exploring only the best share (here: the best lineage) exploits"
+    # The run draws its parents with the rule its config resolves to (above: two rules, two
+    # draws), so configs resolving to the exploiting rule run as it does.
+    rule = parent_rule(tmp_path / "f", exploit_cfg)
+    assert rule == ExploreOrBestLineage(exploration_probability=0.0, explore_top=1.0)
+    assert parent_rule(tmp_path / "b", {"exploration_probability": 0.0}) == rule, \
+        "the rule by name equals the paper's rule with the same parameter"
+    unset = parent_rule(tmp_path / "d", {"exploration_probability": 0.0, "explore_top": 0.5, "policies": {
+        "parent_selection": {"rule": "explore_or_best_lineage"}}})
+    assert unset == ExploreOrBestLineage(exploration_probability=0.0, explore_top=0.5), \
+        "a rule named without its parameters takes the algorithm's"
+    assert parent_rule(tmp_path / "g", {"exploration_probability": 0.3, "policies": {
+        "parent_selection": {"rule": "explore_or_best_lineage", "exploration_probability": 0.9}}}) \
+        == ExploreOrBestLineage(exploration_probability=0.9, explore_top=1.0), "the rule's own parameter wins"
 
 
 @pytest.mark.parametrize("policies, needle", [

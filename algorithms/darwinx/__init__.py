@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass
+from typing import Any
 
 from algorithms.darwinx import _prompts
 from algorithms.darwinx.candidate import Candidate, common_ancestor
@@ -62,6 +63,25 @@ class Proposal:
         return self.candidate
 
 
+def configured_policies(params: DarwinXParams) -> dict[str, Any]:
+    """The rule in each of DarwinX's decision slots, as ``params`` configure them: a slot left
+    out takes its default, and a parent rule named without its parameters takes the algorithm's
+    ``exploration_probability`` and ``explore_top``, not the rule's own defaults."""
+    specs = dict(params.policies)
+    if specs.get("parent_selection", {}).get("rule") == "explore_or_best_lineage":
+        specs["parent_selection"] = {
+            "exploration_probability": params.exploration_probability,
+            "explore_top": params.explore_top,
+            **specs["parent_selection"],
+        }
+    built = {name: build_rule(name, spec) for name, spec in specs.items()}
+    built.setdefault("parent_selection", ExploreOrBestLineage(params.exploration_probability, params.explore_top))
+    return {
+        name: resolve_slot(name, built.get(name))
+        for name in ("parent_selection", "screen_sampling", "acceptance", "merge_pairing", "promotion")
+    }
+
+
 class DarwinX(Algorithm):
     Params = DarwinXParams
     requires_splits = ("train",)
@@ -84,24 +104,12 @@ class DarwinX(Algorithm):
         super().__init__(ctx, params)
         self.p = params
         self.rng = random.Random(params.seed)  # the spec's own seed; saved by the base state
-        specs = dict(params.policies)
-        if specs.get("parent_selection", {}).get("rule") == "explore_or_best_lineage":
-            # A configured rule without its parameters takes the algorithm's, not the rule's defaults.
-            specs["parent_selection"] = {
-                "exploration_probability": params.exploration_probability,
-                "explore_top": params.explore_top,
-                **specs["parent_selection"],
-            }
-        policies = {name: build_rule(name, spec) for name, spec in specs.items()}
-        self.parent_selection = resolve_slot(
-            "parent_selection",
-            policies.get("parent_selection")
-            or ExploreOrBestLineage(params.exploration_probability, params.explore_top),
-        )
-        self.screen_sampling = resolve_slot("screen_sampling", policies.get("screen_sampling"))
-        self.acceptance = resolve_slot("acceptance", policies.get("acceptance"))
-        self.merge_pairing = resolve_slot("merge_pairing", policies.get("merge_pairing"))
-        self.promotion = resolve_slot("promotion", policies.get("promotion"))
+        policies = configured_policies(params)
+        self.parent_selection = policies["parent_selection"]
+        self.screen_sampling = policies["screen_sampling"]
+        self.acceptance = policies["acceptance"]
+        self.merge_pairing = policies["merge_pairing"]
+        self.promotion = policies["promotion"]
         self.train_ids = ctx.evaluator.split_ids("train")
         self.archive: list[Candidate] = []
         self._distil_queue: list[tuple[Proposal, str]] = []  # candidates awaiting their distil reply
