@@ -865,3 +865,40 @@ def test_rebuild_band_needs_numpy_and_is_off_by_default():
     assert not Mutations(np.random.default_rng(0), ModuleNames()).apply("rebuild_band", fn)
     assert ast.unparse(fn.body[-1]) == "return -(bins - item)"
     assert MutatorWorker.Config(type="mutator").weights.rebuild_band == 0
+
+
+ONLY_STEP = {**ONLY_REBUILD, "rebuild_band": 0, "step_threshold": 1.0}
+
+
+def test_step_threshold_moves_one_cut_or_target_by_a_whole_step_and_nothing_else(tmp_path):
+    """Of a two-band rule with a weight and a scaled step, only the literals a varying quantity is
+    compared with or measured from move (the cut 1.64, the target 48, the step's 12), each by
+    1 to 3 units of a tenth of the scale; the first band's 1000, the weight 3.5 and the index
+    stay, and every one of the six steps is drawn."""
+    source = (f"import numpy as np\n\n\n{MARKER}\ndef priority(item: float, bins: np.ndarray) -> np.ndarray:\n"
+              "    r = bins - item\n"
+              "    return np.where(r < 1.64, 1000.0 - r, -np.abs(r - 48.0)) - 3.5 * (r > 12) + 0.0 * bins[0]\n")
+    root = checkout_with(tmp_path, {"heuristic.py": source})
+    worker = make(seed=5, max_ops=1, weights=ONLY_STEP)
+    before = _numbers(_function(source))
+    moved: dict[float, set[float]] = {}
+    for _ in range(60):
+        (root / "heuristic.py").write_text(source)
+        assert worker.edit(root, "p").startswith("mutate: step_threshold in heuristic.py:")
+        after = _numbers(_function((root / "heuristic.py").read_text()))
+        changed = [(old, new) for old, new in zip(before, after) if old != new]
+        assert len(after) == len(before) and len(changed) == 1, changed
+        (old, new), = changed
+        moved.setdefault(old, set()).add(round(new - old, 6))
+    assert set(moved) == {1.64, 48.0, 12}, moved
+    assert set().union(*moved.values()) == {-3, -2, -1, 1, 2, 3}, moved
+    assert all(isinstance(step, int) or step.is_integer() for steps in moved.values() for step in steps)
+
+
+def test_step_threshold_finds_no_threshold_in_best_fit_and_is_off_by_default():
+    from rsi.workers._mutations import Mutations
+    from rsi.workers._pyedit import ModuleNames
+
+    fn = _function("def priority(item, bins):\n    return -(bins - item) * 2.0\n")
+    assert not Mutations(np.random.default_rng(0), ModuleNames()).apply("step_threshold", fn)
+    assert MutatorWorker.Config(type="mutator").weights.step_threshold == 0

@@ -51,6 +51,7 @@ OPERATORS = (
     "drop_term",
     "jitter_constants",
     "rebuild_band",
+    "step_threshold",
 )
 # jitter_constants: the spread of its log-normal factors, drawn log-uniformly per edit.
 JITTER_SPREAD = (0.02, 0.2)
@@ -58,6 +59,9 @@ JITTER_SPREAD = (0.02, 0.2)
 # cut for the band that goes first, a wider range for the target of the other.
 REBUILD_CUT = (0.05, 2.0)
 REBUILD_TARGET = (0.5, 10.0)
+# step_threshold: a threshold moves by a whole number (1 to STEP_MAX) of STEP_UNIT x ``scale``.
+STEP_UNIT = 0.1
+STEP_MAX = 3
 
 
 @dataclass
@@ -559,6 +563,36 @@ class Mutations:
         return _call(_attr(np_, "where"), self._condition(atom), *branches)
 
     # ---- rebuild_band: a whole two-band rule in place of the returned value ---------------
+    def step_threshold(self, fn, found: list[Site]) -> bool:
+        """Move one threshold a small whole step up or down: a literal that a varying quantity
+        is compared with (``x < t``) or measured from (``x - c``). On integer quantities a
+        threshold acts in steps (``x < 1.64`` is ``x < 2``), and near a good rule the best
+        neighbours are one to three units away; perturb_constant's wide draw lands on one given
+        neighbour of a target near 50 about 3 % of the time, this one each sixth draw."""
+        steps = [s for s in found if s.free and _number(s.node) is not None and self._is_threshold(s)]
+        if not steps:
+            return False
+        site = self._pick(steps)
+        value = _number(site.node)
+        assert value is not None
+        step = int(self.rng.integers(1, STEP_MAX + 1)) * (1 if self.rng.random() < 0.5 else -1)
+        unit = self.scale * STEP_UNIT
+        new = value + step * (max(1, round(unit)) if isinstance(value, int) else unit)
+        site.replace(literal(new))
+        return True
+
+    def _is_threshold(self, site: Site) -> bool:
+        """Whether a literal site is compared with, or subtracted from, a varying quantity."""
+        parent, node = site.parent, site.node
+        if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.USub):
+            return False  # the minus sign's own site stands for the number
+        if isinstance(parent, ast.Compare) and len(parent.ops) == 1:
+            other = parent.comparators[0] if site.field == "left" else parent.left
+            return self._varies(other)
+        if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Sub) and site.field == "right":
+            return parent.right is node and self._varies(parent.left)
+        return False
+
     def rebuild_band(self, fn, found: list[Site]) -> bool:
         """Replace a returned (or assigned) value by a two-band rule on one quantity ``x``,
         ``np.where(x < t, k - x, -np.abs(x - c))``: below a small cut ``t`` the smaller ``x`` the

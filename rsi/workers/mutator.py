@@ -70,6 +70,12 @@ class OperatorWeights(BaseModel):
         "np.where(x < t, k - x, -np.abs(x - c)) (the shape of the hand rules that reach the published level "
         "on Weibull bin packing); off by default, 4 in configs/binpack_hour.yaml",
     )
+    step_threshold: float = Field(
+        0.0,
+        ge=0,
+        description="move one threshold (a literal compared with, or subtracted from, a varying quantity) by "
+        "1 to 3 units of a tenth of constant_scale; off by default",
+    )
 
     @model_validator(mode="after")
     def _some_positive(self):
