@@ -62,12 +62,17 @@ def test_nothing_a_rollout_made_stays_on_the_engine(tmp_path, docker_host):
 
 
 # A holder as a Ray worker is one: it starts a rollout and waits; the test kills it mid-rollout,
-# well before the holder's own wall-clock limit would stop the container.
+# well before the holder's own wall-clock limit would stop the container. The holder shortens the
+# container's grace past that limit (30 s in use) so the test waits seconds, not half a minute:
+# the deadline is the same code path, read when the container is made.
 LIMIT_S = 10
+GRACE_S = 5
 HOLDER = f"""
 import sys
 from pathlib import Path
+import rsi.jail_docker
 from rsi.sandbox import Limits, run_program
+rsi.jail_docker.ORPHAN_GRACE_S = {GRACE_S}
 print(run_program([sys.executable, "main.py", sys.argv[2]], Path(sys.argv[1]), {{}}, Limits(timeout_s={LIMIT_S}, backend="docker")), file=sys.stderr)
 """
 
@@ -117,7 +122,8 @@ def test_a_rollout_whose_caller_is_killed_ends_by_itself(tmp_path, docker_host, 
         assert container.status == "running", "the engine does not know the caller is gone"
         assert container.name not in jail_docker.sweep_leftovers(engine, min_age_s=0), "a running one is kept"
 
-        limit = LIMIT_S + jail_docker.ORPHAN_GRACE_S
+        limit = LIMIT_S + GRACE_S
+        assert container.attrs["Config"]["Cmd"][:4] == ["/usr/bin/timeout", "-s", "KILL", str(limit)]
         while container.status == "running":
             assert time.monotonic() - started < limit + 30, "the container outlived its rollout"
             time.sleep(0.5)
