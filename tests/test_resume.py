@@ -5,7 +5,8 @@ Each ``rsi run`` / ``rsi resume`` is a real process with its own local Ray, star
 session; the kill takes the whole process group and every descendant (raylet, GCS, workers), as
 a lost laptop or a killed job would. One run is killed three times at three different points and
 resumed each time (a resumed run is itself killed and resumed), then compared with an
-uninterrupted run of the same config and seed.
+uninterrupted run of the same config and seed (a command of its own in the first test; in the
+others, this process on the session's Ray).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from pathlib import Path
 import pytest
 from _cluster import REPO, cluster_env, comparable, decisions, kill_tree, rollout_keys, slow_table_scenario
 from _procs import descendants, process
+
+from rsi.driver.runner import start_run
 
 pytestmark = pytest.mark.slow
 
@@ -92,6 +95,13 @@ class Driver:
             time.sleep(0.05)
         assert not survivors, f"processes of the killed driver still run: {survivors}"
         return decisions(run_dir)
+
+
+def uninterrupted(config: Path, run_dir: Path) -> None:
+    """The run a killed one is compared with, to its end in this process on the session's Ray:
+    where it runs changes no decision. (The first test runs its own as a command, and checks
+    that command's console.)"""
+    start_run(str(config), run_dir=str(run_dir)).execute()
 
 
 def _alive(pid: int) -> bool:
@@ -168,16 +178,10 @@ def _without_clock(records: list[dict]) -> list[dict]:
     return [{**d, "reason": re.sub(r"; [0-9.]+s$", "", d.get("reason") or "")} for d in comparable(records)]
 
 
-def test_meta_evolve_killed_mid_gate_resumes_to_identical_rounds(tmp_path, env):
+def test_meta_evolve_killed_mid_gate_resumes_to_identical_rounds(tmp_path, env, ray_session):
     config = meta_scenario(tmp_path)
     base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
-    out = Driver(env, tmp_path, "run", str(config), "--run-dir", str(base_dir)).finish()
-    # Ray's own start-up notices (written by its core library straight to stderr) are kept in the
-    # run directory; the console holds the run's own lines only.
-    log = base_dir / "logs" / "ray-startup.log"
-    said = log.read_text().splitlines() if log.exists() else []  # none where the IP lookup works
-    assert not [line for line in said if line in out.splitlines()]
-    assert not [line for line in out.splitlines() if "Token authentication" in line or "network_util" in line]
+    uninterrupted(config, base_dir)
     expected = decisions(base_dir)
     assert [d["round"] for d in expected if d["kind"] == "round"] == [1, 2, 3, 4]
     driver = Driver(env, tmp_path, "run", str(config), "--run-dir", str(run_dir))
@@ -227,16 +231,10 @@ def problem_scenario(root: Path) -> Path:
     return path
 
 
-def test_a_problem_run_killed_mid_run_resumes_to_identical_decisions(tmp_path, env):
+def test_a_problem_run_killed_mid_run_resumes_to_identical_decisions(tmp_path, env, ray_session):
     config = problem_scenario(tmp_path)
     base_dir, run_dir = tmp_path / "runs" / "base", tmp_path / "runs" / "killed"
-    out = Driver(env, tmp_path, "run", str(config), "--run-dir", str(base_dir)).finish()
-    # Ray's own start-up notices (written by its core library straight to stderr) are kept in the
-    # run directory; the console holds the run's own lines only.
-    log = base_dir / "logs" / "ray-startup.log"
-    said = log.read_text().splitlines() if log.exists() else []  # none where the IP lookup works
-    assert not [line for line in said if line in out.splitlines()]
-    assert not [line for line in out.splitlines() if "Token authentication" in line or "network_util" in line]
+    uninterrupted(config, base_dir)
     expected = decisions(base_dir)
     driver = Driver(env, tmp_path, "run", str(config), "--run-dir", str(run_dir))
     driver.kill_at(run_dir, lambda k: k.count("screen") >= 2)
