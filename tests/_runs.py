@@ -54,9 +54,10 @@ def agent_worker(base_url: str, api_key_env: str, model: str = "scripted-model",
                                      "api_key_env": api_key_env, "retry_backoff_s": 0.01, **llm}}
 
 
-def run(path: Path) -> tuple[list[dict], dict, RunRecords]:
-    """Run the config at ``path`` to its end -> (decisions, summary, records)."""
-    r = start_run(str(path))
+def run(path: Path, run_dir: Path | None = None) -> tuple[list[dict], dict, RunRecords]:
+    """Run the config at ``path`` to its end (in ``run_dir`` when given) -> (decisions, summary,
+    records)."""
+    r = start_run(str(path), run_dir=None if run_dir is None else str(run_dir))
     summary = r.execute()
     return r.records.decisions(), summary, r.records
 

@@ -22,8 +22,7 @@ from pathlib import Path
 import pytest
 from _cluster import REPO, cluster_env, comparable, decisions, kill_tree, rollout_keys, slow_table_scenario
 from _procs import descendants, process
-
-from rsi.driver.runner import start_run
+from _runs import run as uninterrupted  # in this process, on the session's Ray: where it runs changes no decision
 
 pytestmark = pytest.mark.slow
 
@@ -95,13 +94,6 @@ class Driver:
             time.sleep(0.05)
         assert not survivors, f"processes of the killed driver still run: {survivors}"
         return decisions(run_dir)
-
-
-def uninterrupted(config: Path, run_dir: Path) -> None:
-    """The run a killed one is compared with, to its end in this process on the session's Ray:
-    where it runs changes no decision. (The first test runs its own as a command, and checks
-    that command's console.)"""
-    start_run(str(config), run_dir=str(run_dir)).execute()
 
 
 def _alive(pid: int) -> bool:

@@ -562,7 +562,7 @@ class Mutations:
         branches = [other, expr] if self.rng.random() < 0.5 else [expr, other]
         return _call(_attr(np_, "where"), self._condition(atom), *branches)
 
-    # ---- rebuild_band: a whole two-band rule in place of the returned value ---------------
+    # ---- step_threshold: one threshold a whole step up or down ------------------------------
     def step_threshold(self, fn, found: list[Site]) -> bool:
         """Move one threshold a small whole step up or down: a literal that a varying quantity
         is compared with (``x < t``) or measured from (``x - c``). On integer quantities a
@@ -583,16 +583,17 @@ class Mutations:
 
     def _is_threshold(self, site: Site) -> bool:
         """Whether a literal site is compared with, or subtracted from, a varying quantity."""
-        parent, node = site.parent, site.node
+        parent = site.parent
         if isinstance(parent, ast.UnaryOp) and isinstance(parent.op, ast.USub):
             return False  # the minus sign's own site stands for the number
         if isinstance(parent, ast.Compare) and len(parent.ops) == 1:
             other = parent.comparators[0] if site.field == "left" else parent.left
             return self._varies(other)
         if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Sub) and site.field == "right":
-            return parent.right is node and self._varies(parent.left)
+            return self._varies(parent.left)
         return False
 
+    # ---- rebuild_band: a whole two-band rule in place of the returned value ---------------
     def rebuild_band(self, fn, found: list[Site]) -> bool:
         """Replace a returned (or assigned) value by a two-band rule on one quantity ``x``,
         ``np.where(x < t, k - x, -np.abs(x - c))``: below a small cut ``t`` the smaller ``x`` the
